@@ -1,0 +1,9 @@
+"""The one exception type users see: its message is printed as a single line by the CLI."""
+
+
+class K3ScaleError(Exception):
+    """A problem the user can fix (bad input, missing data, unreachable server).
+
+    The message names the step that failed and how to fix it; the CLI prints it as one line and
+    exits non-zero. Internal bugs raise anything else.
+    """

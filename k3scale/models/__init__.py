@@ -1,0 +1,1 @@
+"""Model families: K2-style and K3-style decoders, their blocks, accounting and presets."""

@@ -1,0 +1,1 @@
+"""k3scale.track."""
