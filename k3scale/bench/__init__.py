@@ -1,0 +1,1 @@
+"""Benchmarks behind `k3scale bench`: each prints ratios measured side by side in one run."""

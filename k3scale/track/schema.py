@@ -1,0 +1,54 @@
+"""Names shared by the trainer, the tracker, export and the dashboards (platform.md section 4).
+
+One name for one thing: these strings are MLflow tag, param and metric keys and the columns of
+the exported run tables.
+"""
+
+TAG_PREFIX = "k3scale."
+TAG_STUDY = "k3scale.study"
+TAG_CELL = "k3scale.cell"
+TAG_TRIAL = "k3scale.trial"
+TAG_ARCH = "k3scale.arch"
+TAG_SCHEDULE = "k3scale.schedule"
+TAG_SIZE = "k3scale.size"
+TAG_BUDGET_TOKENS = "k3scale.budget_tokens"
+TAG_CONFIG_HASH = "k3scale.config_hash"
+TAG_GIT_SHA = "k3scale.git_sha"
+TAG_GIT_DIRTY = "k3scale.git_dirty"
+TAG_DATA_FINGERPRINT = "k3scale.data_fingerprint"
+TAG_STATUS = "k3scale.status"
+TAG_TRUNK_RUN_ID = "k3scale.trunk_run_id"
+TAG_FORK_STEP = "k3scale.fork_step"
+TAG_BACKEND = "k3scale.backend"
+TAG_ARM = "k3scale.arm"
+TAG_VERSION_TORCH = "k3scale.version.torch"
+TAG_VERSION_TRITON = "k3scale.version.triton"
+TAG_VERSION_CUDA = "k3scale.version.cuda"
+TAG_DEVICE = "k3scale.device"
+
+STATUS_FINISHED = "finished"
+STATUS_DIVERGED = "diverged"
+STATUS_FAILED = "failed"
+STATUSES = (STATUS_FINISHED, STATUS_DIVERGED, STATUS_FAILED)
+
+# Per-step metrics (MLflow step = optimizer step).
+METRIC_TRAIN_LOSS = "train/loss"
+METRIC_VAL_ID_LOSS = "val/id_loss"
+METRIC_VAL_OOD_LOSS = "val/ood_loss"
+METRIC_LR = "lr"
+METRIC_TOKENS = "tokens"
+METRIC_FLOPS = "flops"
+METRIC_TOKENS_PER_S = "perf/tokens_per_s"
+METRIC_MFU = "perf/mfu"
+FINAL_PREFIX = "final/"
+
+# Derived quantities logged as params next to the flattened config (dotted keys).
+PARAM_N_TOTAL = "derived.n_total"
+PARAM_N_ACTIVE = "derived.n_active"
+PARAM_FLOPS_PER_TOKEN_6N = "derived.flops_per_token_6n"
+PARAM_FLOPS_PER_TOKEN_ATTN = "derived.flops_per_token_attn"
+PARAM_BATCH_TOKENS = "derived.batch_tokens"
+
+# JSONL replica: one file per run, one JSON object per line, each with a "type" key.
+REPLICA_FILE = "replica.jsonl"
+REPLICA_TYPES = ("run", "params", "tags", "metrics", "status", "artifact", "sync")
