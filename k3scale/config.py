@@ -23,6 +23,8 @@ from k3scale.errors import K3ScaleError
 from k3scale.models.config import K2Config, K3Config, ModelConfig
 
 _NONE_WORDS = {"none", "null"}
+# Fields that say where a run logs or how fast it goes, not what it trains: left out of config_hash.
+_NOT_IDENTITY = {"identity": False}
 _TRUE_WORDS = {"true", "1", "yes", "on"}
 _FALSE_WORDS = {"false", "0", "no", "off"}
 
@@ -122,15 +124,15 @@ class TrainConfig:
     """fp32, or bf16 autocast with fp32 master weights."""
     eval_interval_tokens: int = 0
     """Tokens between evaluations; 0 evaluates only at the end."""
-    log_interval_steps: int = 10
+    log_interval_steps: int = field(default=10, metadata=_NOT_IDENTITY)
     """Optimizer steps between metric batches sent to the tracker."""
     checkpoint_interval_tokens: int = 0
     """Tokens between checkpoints; 0 writes only the final one."""
     fork_tokens: tuple[int, ...] = ()
     """WSD trunk: token counts at which to save fork checkpoints for decay branches."""
-    out_dir: str = "runs/default"
+    out_dir: str = field(default="runs/default", metadata=_NOT_IDENTITY)
     """Folder for checkpoints and the run's JSONL replica."""
-    num_threads: int = 0
+    num_threads: int = field(default=0, metadata=_NOT_IDENTITY)
     """torch intra-op threads; 0 leaves torch's default."""
     divergence_factor: float = 3.0
     """A loss above this multiple of the first step's loss (or NaN/inf) ends the run as diverged."""
@@ -166,7 +168,7 @@ class RunConfig:
     """LR schedule."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Loop, budget and batch."""
-    track: TrackConfig = field(default_factory=TrackConfig)
+    track: TrackConfig = field(default_factory=TrackConfig, metadata=_NOT_IDENTITY)
     """Tracking."""
 
 
@@ -196,9 +198,24 @@ def canonical_json(cfg: Any) -> str:
     return json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def identity_dict(cfg: Any) -> dict[str, Any]:
+    """`to_dict` without the fields that do not change what is trained (out_dir, threads, track)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        if f.metadata.get("identity", True):
+            value = getattr(cfg, f.name)
+            out[f.name] = identity_dict(value) if dataclasses.is_dataclass(value) else _plain(value)
+    return out
+
+
 def config_hash(cfg: Any, length: int = 16) -> str:
-    """First `length` hex digits of sha256(canonical_json(cfg)): a run's identity."""
-    return hashlib.sha256(canonical_json(cfg).encode()).hexdigest()[:length]
+    """First `length` hex digits of sha256 of the canonical JSON of `identity_dict(cfg)`.
+
+    A run's identity: the same model, data, optimizer, schedule, budget, batch and seed give the
+    same hash wherever the run logs or writes its checkpoints.
+    """
+    text = json.dumps(identity_dict(cfg), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:

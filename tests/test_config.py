@@ -128,3 +128,13 @@ def test_flatten_gives_dotted_keys():
     assert flat["optim.lr"] == 3e-3
     assert flat["model.kda.num_heads"] == 2
     assert flat["model.family"] == "k3"
+
+
+def test_config_hash_ignores_where_a_run_logs():
+    base = k3_run()
+    moved = apply_overrides(
+        base, ["train.out_dir=/elsewhere", "track.experiment=x", "train.num_threads=2"]
+    )
+    assert config_hash(moved) == config_hash(base)
+    assert canonical_json(moved) != canonical_json(base)
+    assert config_hash(apply_overrides(base, ["train.seed=1"])) != config_hash(base)

@@ -1,8 +1,39 @@
-"""`k3scale export`."""
+"""`k3scale export`: MLflow (or JSONL replicas) -> runs.parquet + curves.parquet."""
 
-from k3scale.commands import not_built
+from __future__ import annotations
+
+import os
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("export", help="(issue 7, not built yet)")
-    parser.set_defaults(handler=not_built(7, "k3scale export"))
+    parser = sub.add_parser(
+        "export",
+        help="write a study's run table and curves as parquet (from MLflow or replicas)",
+        description="Export one MLflow experiment to runs.parquet and curves.parquet "
+        "(INTERFACES.md section 9). Reads the server in batches; falls back to the JSONL "
+        "replicas under --replicas when no server answers.",
+    )
+    parser.add_argument("--experiment", required=True, help="MLflow experiment (= study) name")
+    parser.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI)")
+    parser.add_argument("--replicas", help="folder searched recursively for replica.jsonl")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.set_defaults(handler=run_export)
+
+
+def run_export(args) -> int:
+    from pathlib import Path
+
+    from k3scale.scaling.sources import collect_runs
+    from k3scale.scaling.tables import build_tables, write_tables
+
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    runs, source = collect_runs(
+        args.experiment, uri, Path(args.replicas) if args.replicas else None
+    )
+    runs_df, curves_df = build_tables(runs)
+    paths = write_tables(runs_df, curves_df, Path(args.out))
+    print(
+        f"{runs_df.height} runs, {curves_df.height} curve points from {source} -> "
+        f"{paths[0]}, {paths[1]}"
+    )
+    return 0

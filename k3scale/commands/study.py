@@ -1,8 +1,156 @@
-"""`k3scale study`."""
+"""`k3scale study`: plan, run, submit and follow tuned scaling studies."""
 
-from k3scale.commands import not_built
+from __future__ import annotations
+
+from k3scale.errors import K3ScaleError
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("study", help="(issue 6, not built yet)")
-    parser.set_defaults(handler=not_built(6, "k3scale study"))
+    parser = sub.add_parser("study", help="plan, run, submit and follow a study (experiments/*.py)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    run = actions.add_parser("run", help="run (or resume) a study to completion")
+    _common(run)
+    run.add_argument(
+        "--ray-address", help="join a running Ray cluster (default: embedded local Ray)"
+    )
+    run.add_argument(
+        "--tracking-uri", help="MLflow server (default: a local server in the study folder)"
+    )
+    run.add_argument("--storage", help="Optuna storage URL (default: SQLite in the study folder)")
+    run.add_argument("--data-root", default="data_cache", help="prepared datasets folder")
+    run.set_defaults(handler=_run)
+
+    plan = actions.add_parser("plan", help="print cells, trials and estimated compute; run nothing")
+    _common(plan)
+    plan.set_defaults(handler=_plan)
+
+    submit = actions.add_parser("submit", help="submit the study to a Ray cluster as a Ray Job")
+    _common(submit)
+    submit.add_argument(
+        "--address", required=True, help="Ray dashboard address, e.g. http://HEAD:8265"
+    )
+    submit.add_argument("--tracking-uri", help="MLflow server the cluster can reach")
+    submit.add_argument("--storage", help="Optuna storage URL the cluster can reach")
+    submit.add_argument(
+        "--data-root", default="data_cache", help="prepared datasets folder on the cluster"
+    )
+    submit.set_defaults(handler=_submit)
+
+    status = actions.add_parser("status", help="progress of a study from its storage")
+    _common(status)
+    status.add_argument("--storage", help="Optuna storage URL (default: the study folder's)")
+    status.set_defaults(handler=_status)
+
+
+def _common(parser) -> None:
+    parser.add_argument("study", help="study file, e.g. experiments/k2_vs_k3.py")
+    parser.add_argument("--preset", default="demo", help="smoke, demo, cpu, gpu or cluster")
+    parser.add_argument("--study-dir", help="study folder (default: studies/<name>-<preset>)")
+
+
+def _run(args) -> int:
+    from k3scale.sweep.run import run_study
+
+    run_study(
+        args.study,
+        args.preset,
+        study_dir=args.study_dir,
+        ray_address=args.ray_address,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        data_root=args.data_root,
+    )
+    return 0
+
+
+def _plan(args) -> int:
+    from k3scale.sweep.declaration import load_study
+    from k3scale.sweep.planner import cell_flops, estimate_cost, plan_cells
+
+    study = load_study(args.study)
+    preset = study.preset(args.preset)
+    print(f"study {study.name}, preset {args.preset}: {study.description}")
+    for cell in plan_cells(study, preset):
+        print(
+            f"  {cell.key:40s} {preset.trials_per_cell:3d} trials x {cell_flops(cell, preset):.3g} FLOPs"
+        )
+    cost = estimate_cost(study, preset)
+    print(
+        f"{cost['cells']} cells, {cost['tuning_trials']} tuning trials + {cost['extra_runs']} extra runs; "
+        f"{cost['tokens']:,} tuning tokens, {cost['flops']:.3g} FLOPs (WSD trunks counted once)"
+    )
+    return 0
+
+
+def _submit(args) -> int:
+    from pathlib import Path
+
+    from ray.job_submission import JobSubmissionClient
+
+    from k3scale.sweep.declaration import load_study
+
+    study = load_study(args.study)
+    study.preset(args.preset)
+    command = [
+        "k3scale",
+        "study",
+        "run",
+        args.study,
+        "--preset",
+        args.preset,
+        "--data-root",
+        args.data_root,
+    ]
+    for flag, value in (
+        ("--tracking-uri", args.tracking_uri),
+        ("--storage", args.storage),
+        ("--study-dir", args.study_dir),
+    ):
+        if value:
+            command += [flag, value]
+    client = JobSubmissionClient(args.address)
+    env = {
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    job_id = client.submit_job(
+        entrypoint=" ".join(command),
+        runtime_env={
+            "working_dir": str(Path.cwd()),
+            "env_vars": env,
+            "excludes": [".venv", "studies", "data_cache", ".git", "runs"],
+        },
+    )
+    print(f"submitted {study.name} ({args.preset}) as Ray job {job_id}")
+    print(f"follow it:  ray job logs --follow {job_id} --address {args.address}")
+    print(f"its state:  ray job status {job_id} --address {args.address}")
+    return 0
+
+
+def _status(args) -> int:
+    import json
+    from pathlib import Path
+
+    from k3scale.sweep.declaration import load_study
+    from k3scale.sweep.run import STUDY_JSON, default_study_dir
+    from k3scale.sweep.status import study_status
+
+    study = load_study(args.study)
+    preset = study.preset(args.preset)
+    folder = Path(args.study_dir or default_study_dir(study.name, args.preset))
+    storage = args.storage or f"sqlite:///{(folder / 'optuna.db').resolve()}"
+    if not args.storage and not (folder / "optuna.db").exists():
+        raise K3ScaleError(
+            f"no study at {folder} (run `k3scale study run {args.study} --preset {args.preset}`)"
+        )
+    print(study_status(study, preset, storage))
+    record = folder / STUDY_JSON
+    if record.exists():
+        data = json.loads(record.read_text())
+        print(
+            f"last completed run: utilization {data['utilization']}, trials {data['trials']}, "
+            f"wall {data['wall_s']} s, MLflow {data['tracking_uri']}"
+        )
+    return 0

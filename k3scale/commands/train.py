@@ -1,8 +1,121 @@
-"""`k3scale train`."""
+"""`k3scale train`: one training run from a model preset (or a config function) and overrides."""
 
-from k3scale.commands import not_built
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+from k3scale.errors import K3ScaleError
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("train", help="(issue 5, not built yet)")
-    parser.set_defaults(handler=not_built(5, "k3scale train"))
+    parser = sub.add_parser(
+        "train",
+        help="train one run (a preset plus --set overrides); --dry-run prints the plan",
+        description="Train one run and log it to MLflow (or only to its JSONL replica).",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", default="k3-t1", help="model preset (see `k3scale model list`)")
+    source.add_argument(
+        "--config",
+        metavar="MODULE:FUNCTION",
+        help="a function returning a RunConfig, e.g. experiments/mine.py:config or pkg.mod:fn",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted override checked against the config, e.g. --set optim.lr=1e-3 (repeatable)",
+    )
+    parser.add_argument("--out", help="run folder (sets train.out_dir)")
+    parser.add_argument("--tracking-uri", help="MLflow server URL (default: replica only)")
+    parser.add_argument("--experiment", help="MLflow experiment name (sets track.experiment)")
+    parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print N, D, C and the LR schedule, train nothing"
+    )
+    parser.set_defaults(handler=run_train)
+
+
+def run_train(args) -> int:
+    from k3scale.config import RunConfig, apply_overrides
+
+    cfg = _load_function(args.config)() if args.config else _preset_config(args.preset)
+    if not isinstance(cfg, RunConfig):
+        raise K3ScaleError(f"{args.config} returned {type(cfg).__name__}, not a RunConfig")
+    extra = list(args.overrides)
+    if args.out:
+        extra.append(f"train.out_dir={args.out}")
+    if args.tracking_uri:
+        extra.append(f"track.tracking_uri={args.tracking_uri}")
+    if args.experiment:
+        extra.append(f"track.experiment={args.experiment}")
+    cfg = apply_overrides(cfg, extra)
+    if args.dry_run:
+        print(describe_run(cfg))
+        return 0
+    from k3scale.train import train
+
+    result = train(cfg, resume=not args.no_resume)
+    print(
+        f"{result.status}: {result.steps} steps, {result.tokens:,} tokens, "
+        f"train {result.final_train_loss:.4f}, val id {result.final_val_id_loss:.4f}, "
+        f"val ood {result.final_val_ood_loss:.4f}, {result.tokens_per_s:,.0f} tokens/s, "
+        f"MFU {result.mfu:.1%}, run {result.run_id} in {result.out_dir}"
+    )
+    return 0 if result.status in ("finished", "stopped") else 1
+
+
+def describe_run(cfg) -> str:
+    """The dry-run text: sizes, tokens, compute under both conventions and the schedule."""
+    from k3scale.models import accounting
+    from k3scale.optim.schedules import schedule_summary
+    from k3scale.train import plan_run
+
+    plan = plan_run(cfg)
+    tokens = plan.total_steps * plan.batch_tokens
+    n_total = accounting.num_params_total(cfg.model)
+    n_active = accounting.num_params_active(cfg.model)
+    f6 = accounting.flops_per_token_6n(cfg.model)
+    fa = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
+    lines = [
+        f"model       {cfg.model.family}: d_model {cfg.model.d_model}, {cfg.model.num_layers} layers",
+        f"N           total {n_total:,}  active {n_active:,} (no input embedding, head included)",
+        f"D           {tokens:,} tokens = {plan.total_steps} steps x {plan.batch_tokens:,} "
+        f"tokens/step ({cfg.train.batch_size} seqs x {cfg.data.seq_len}); "
+        f"{plan.micro_steps} micro-batches/step",
+        f"C           6*N_active*D = {f6 * tokens:.4g} FLOPs; with attention cores = {fa * tokens:.4g}",
+        schedule_summary(tokens, plan.batch_tokens, cfg.optim.lr, cfg.schedule),
+    ]
+    return "\n".join(lines)
+
+
+def _preset_config(name: str):
+    from k3scale.config import RunConfig
+    from k3scale.models.presets import get_preset
+
+    return RunConfig(model=get_preset(name))
+
+
+def _load_function(spec: str):
+    target, sep, name = spec.partition(":")
+    if not sep or not name:
+        raise K3ScaleError(f"--config {spec!r}: expected MODULE:FUNCTION")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise K3ScaleError(f"--config: no file {path}")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            raise K3ScaleError(f"--config: cannot import {target!r} ({exc})") from None
+    if not hasattr(module, name):
+        raise K3ScaleError(f"--config: {target} has no function {name!r}")
+    return getattr(module, name)

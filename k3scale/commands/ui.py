@@ -1,8 +1,85 @@
-"""`k3scale ui`."""
+"""`k3scale ui`: start the lean local MLflow server of a study and keep it up until Ctrl-C."""
 
-from k3scale.commands import not_built
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from k3scale.errors import K3ScaleError
+
+DEFAULT_PORT = 5000
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("ui", help="(issue 5, not built yet)")
-    parser.set_defaults(handler=not_built(5, "k3scale ui"))
+    parser = sub.add_parser(
+        "ui",
+        help="start the local MLflow server (UI + tracking API) of a study; Ctrl-C stops it",
+        description=(
+            "Start a lean MLflow server (one worker, SQLite backend) on 127.0.0.1 and print its "
+            "URL, which is also the --tracking-uri for training runs. Ctrl-C stops it."
+        ),
+    )
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--study-dir",
+        default=".",
+        help="study folder; its MLflow data lives in DIR/mlflow/ (default: current folder)",
+    )
+    store.add_argument(
+        "--backend-store-uri",
+        metavar="URI",
+        help="any MLflow backend store instead, e.g. sqlite:////abs/path/mlflow.db",
+    )
+    parser.add_argument(
+        "--artifacts-dir",
+        help="artifact folder for --backend-store-uri (default: ./mlartifacts)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="TCP port (0 picks a free one)"
+    )
+    parser.set_defaults(handler=run_ui)
+
+
+def _default_artifacts_dir(backend_uri: str) -> Path:
+    """Next to a SQLite file; MLflow's own default (./mlartifacts) for other stores."""
+    if backend_uri.startswith("sqlite:///"):
+        return Path(backend_uri.removeprefix("sqlite:///")).parent / "artifacts"
+    return Path("mlartifacts")
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def run_ui(args) -> int:
+    from k3scale.track.server import log_tail, start_local_server, study_store
+
+    if args.backend_store_uri:
+        backend = args.backend_store_uri
+        artifacts = Path(args.artifacts_dir or _default_artifacts_dir(backend)).resolve()
+        log_path = artifacts.parent / "mlflow-server.log"
+    else:
+        if args.artifacts_dir:
+            raise K3ScaleError("--artifacts-dir goes with --backend-store-uri only")
+        store = study_store(Path(args.study_dir))
+        backend, artifacts, log_path = store.db_path, store.artifacts_dir, store.log_path
+    # A `kill` (SIGTERM) stops the server as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    print(f"starting MLflow server ({backend}) ...", flush=True)
+    server = start_local_server(
+        backend, artifacts, host=args.host, port=args.port, log_path=log_path
+    )
+    try:
+        print(f"MLflow UI and tracking URI: {server.url}  (log {log_path}; Ctrl-C stops it)")
+        print(f"train against it with: k3scale train --tracking-uri {server.url}", flush=True)
+        while server.alive():
+            time.sleep(0.5)
+        raise K3ScaleError(f"MLflow server exited unexpectedly: {log_tail(log_path)}")
+    except KeyboardInterrupt:
+        print("stopping MLflow server ...", flush=True)
+    finally:
+        server.stop()
+    print("stopped", flush=True)
+    return 0

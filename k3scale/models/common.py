@@ -7,7 +7,7 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """`w * x / sqrt(mean(x^2) + eps)` over the last dim, computed in fp32 and cast back."""
+    """`w * x / sqrt(mean(x^2) + eps)` over the last dim, computed in (at least) fp32, cast back."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -15,9 +15,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return (normed * self.weight.float()).to(x.dtype)
+        # fp64 inputs stay fp64 so reference tests can be exact; bf16/fp16 are upcast to fp32.
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        normed = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (normed * self.weight.to(wide.dtype)).to(x.dtype)
 
 
 def init_linear(layer: nn.Linear, std: float) -> nn.Linear:

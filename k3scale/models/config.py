@@ -191,6 +191,8 @@ class K3Config:
     """Multi-token-prediction blocks (0 = off, the default for scaling runs)."""
     mtp_lambda: float = 0.3
     """MTP loss weight lambda (DeepSeek-V3: 0.3)."""
+    mtp_mixer: Literal["kda", "mla"] = "kda"
+    """Mixer of the MTP block (K3's is unpublished [INF]; KDA is the commonest backbone block)."""
     backend: Literal["torch", "triton"] = "torch"
     """Kernel backend; triton needs a GPU."""
 

@@ -25,6 +25,11 @@ TAG_VERSION_TORCH = "k3scale.version.torch"
 TAG_VERSION_TRITON = "k3scale.version.triton"
 TAG_VERSION_CUDA = "k3scale.version.cuda"
 TAG_DEVICE = "k3scale.device"
+TAG_VERSION_PYTHON = "k3scale.version.python"
+TAG_HOSTNAME = "k3scale.hostname"
+# Added by the tracking helper: the replica's run id, so upload_replica can find (and complete)
+# the MLflow run that holds a replica instead of creating a duplicate.
+TAG_REPLICA_RUN_ID = "k3scale.replica_run_id"
 
 STATUS_FINISHED = "finished"
 STATUS_DIVERGED = "diverged"

@@ -1,0 +1,29 @@
+"""Dashboard of the cosine vs WSD study (experiments/cosine_vs_wsd.py).
+
+Order: what was run; the headline comparison (each schedule at its own tuned optimum, and the
+shared setting beside it); where the optima sit and how they move with compute; the landscapes
+behind them; frontiers per schedule; loss curves; Chinchilla views.
+"""
+
+from k3scale.viz import frontier, hp, overview, schedules
+from k3scale.viz.dashboard import (
+    DashboardInputs,
+    PanelList,
+    add_curves_and_landscapes,
+    add_surfaces,
+)
+
+TITLE = "Cosine vs WSD at per-schedule tuned peak LR and batch (fixed lr_min)"
+
+
+def panels(inputs: DashboardInputs, page: PanelList) -> None:
+    page.add(overview.overview_panel, inputs.runs)
+    for arch in inputs.archs():
+        page.add(schedules.schedule_comparison_panel, inputs.runs, arch, inputs.metric)
+    page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
+    add_curves_and_landscapes(inputs, page)
+    page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, "c_6n")
+    for fit in inputs.fits.multipliers:
+        if {fit.base, fit.new} == {"cosine", "wsd"}:
+            page.add(frontier.multiplier_panel, fit)
+    add_surfaces(inputs, page)

@@ -1,0 +1,29 @@
+"""Dashboard of the K3-style vs K2-style study (experiments/k2_vs_k3.py).
+
+Order: what was run; the headline compute multiplier of K3 over K2 under both FLOP counts
+(methods.md 2.8); the frontiers it comes from; tuned optima vs compute; curves and landscapes
+behind the optima; Chinchilla views.
+"""
+
+from k3scale.viz import frontier, hp, overview
+from k3scale.viz.dashboard import (
+    DashboardInputs,
+    PanelList,
+    add_curves_and_landscapes,
+    add_surfaces,
+)
+
+TITLE = "K3-style vs K2-style: compute multiplier at matched loss"
+ARCHS = ("k2", "k3")
+
+
+def panels(inputs: DashboardInputs, page: PanelList) -> None:
+    page.add(overview.overview_panel, inputs.runs)
+    for fit in inputs.fits.multipliers:
+        if {fit.base, fit.new} == set(ARCHS):
+            page.add(frontier.multiplier_panel, fit)
+    for compute in ("c_6n", "c_attn"):
+        page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, compute)
+    page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
+    add_curves_and_landscapes(inputs, page)
+    add_surfaces(inputs, page)

@@ -1,0 +1,56 @@
+"""Dense GLU feed-forward network (architecture.md sections 5.1 and 6).
+
+`y = W_down act(W_gate x, W_up x)` with act = SwiGLU (`SiLU(g) * u`, K2) or SiTU-GLU
+(`SiTU_b(g) * cap_b2(u)`, K3). Used for the dense layers; the MoE's shared experts have the same
+shape (one GLU of width num_shared * d_expert).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from k3scale.models.common import linear
+from k3scale.ops.situ import situ_glu, swiglu
+
+
+class GLUFeedForward(nn.Module):
+    """Gated FFN `[..., d_model] -> [..., d_model]` with children `w_gate, w_up, w_down`."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: Literal["swiglu", "situ"],
+        situ_beta: float,
+        situ_linear_beta: float | None,
+        init_std: float,
+    ) -> None:
+        """Args:
+        d_model: input and output width.
+        d_ff: hidden width of the gate and up branches.
+        activation: "swiglu" or "situ".
+        situ_beta: SiTU cap of the gate branch (K3: 4.0); used by "situ" only.
+        situ_linear_beta: SiTU cap of the up branch (K3: 25.0), None for no cap.
+        init_std: std of the normal weight init.
+        """
+        super().__init__()
+        if activation not in ("swiglu", "situ"):
+            raise ValueError(f"activation: {activation!r} is not one of ['swiglu', 'situ']")
+        self.activation = activation
+        self.situ_beta = situ_beta
+        self.situ_linear_beta = situ_linear_beta
+        self.w_gate = linear(d_model, d_ff, init_std)
+        self.w_up = linear(d_model, d_ff, init_std)
+        self.w_down = linear(d_ff, d_model, init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`x [..., d_model] -> [..., d_model]`."""
+        gate, up = self.w_gate(x), self.w_up(x)
+        if self.activation == "swiglu":
+            hidden = swiglu(gate, up)
+        else:
+            hidden = situ_glu(gate, up, self.situ_beta, self.situ_linear_beta)
+        return self.w_down(hidden)

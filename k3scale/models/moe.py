@@ -1,0 +1,175 @@
+"""Mixture-of-experts FFN for both families (architecture.md 5.1-5.3).
+
+K2 (d_latent None): `y = Shared(u) + sum_{e in sel} g_e FFN_e(u)`, SwiGLU experts at width d.
+K3 Stable LatentMoE (d_latent = l): `z = W_down u`; `m = sum_{e in sel} p_e FFN_e(z)` in the
+latent space; `y = Shared(u) + W_up RMSNorm(m)` (norm when `latent_norm`); SiTU-GLU everywhere.
+Shared experts are one GLU of width `num_shared * d_expert` at full width d.
+
+Balancing: the bias buffer moves selection only. In training mode every forward adds this
+micro-batch's statistics (per-expert loads; margin histograms for Quantile Balancing) to
+non-persistent buffers; `k3scale.models.balancing.update_balancing` reduces them once per
+optimizer step and writes the next step's bias. Eval forwards record nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from k3scale.models.common import RMSNorm, linear
+from k3scale.models.config import MoEConfig
+from k3scale.models.ffn import GLUFeedForward
+from k3scale.models.router import Routing, route, sequence_aux_loss
+from k3scale.ops.moe import routed_experts
+from k3scale.ops.moe.naive import GluActivation
+from k3scale.ops.qb import margin_counts
+from k3scale.ops.situ import situ_glu, swiglu
+
+
+def glu_activation(
+    activation: str, situ_beta: float, situ_linear_beta: float | None
+) -> GluActivation:
+    """The GLU nonlinearity `h = act(gate, up)` named by the model's `activation` field."""
+    match activation:
+        case "swiglu":
+            return swiglu
+        case "situ":
+            return functools.partial(situ_glu, beta=situ_beta, linear_beta=situ_linear_beta)
+    raise ValueError(f"activation: expected 'swiglu' or 'situ', got {activation!r}")
+
+
+class MoE(nn.Module):
+    """Routed + shared experts in the FFN slot; `forward(x [B, T, d]) -> [B, T, d]`.
+
+    Attributes:
+        bias: `[E]` fp32 persistent buffer, selection-only balancing bias (never a Parameter).
+        aux_loss: fp32 scalar, the last training forward's sequence-wise aux loss (0 when off).
+        step_loads: `[E]` int64 tokens routed per expert since the last balancing update.
+        step_margin_counts: `[E, 1 + R]` int64 QB margin counts since the last update (empty
+            `[E, 0]` unless `cfg.balancing == "quantile"`).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        cfg: MoEConfig,
+        activation: str,
+        situ_beta: float,
+        situ_linear_beta: float | None,
+        init_std: float,
+        rms_eps: float,
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.activation = glu_activation(activation, situ_beta, situ_linear_beta)
+        num_experts, width = cfg.num_experts, cfg.d_latent or d_model
+        self.router = nn.Linear(d_model, num_experts, bias=False)
+        _init_router(self.router, cfg, init_std)
+        self.register_buffer("bias", torch.zeros(num_experts, dtype=torch.float32))
+        self.w_gate = _expert_weight(num_experts, cfg.d_expert, width, init_std)
+        self.w_up = _expert_weight(num_experts, cfg.d_expert, width, init_std)
+        self.w_down = _expert_weight(num_experts, width, cfg.d_expert, init_std)
+        self.shared = None
+        if cfg.num_shared > 0:
+            # S_sh experts of width f_e summed == one GLU of width S_sh * f_e (concatenated weights).
+            d_shared = cfg.num_shared * cfg.d_expert
+            self.shared = GLUFeedForward(
+                d_model, d_shared, activation, situ_beta, situ_linear_beta, init_std
+            )
+        self.latent_down = self.latent_up = self.latent_norm = None
+        if cfg.d_latent is not None:
+            self.latent_down = linear(d_model, cfg.d_latent, init_std)
+            self.latent_up = linear(cfg.d_latent, d_model, init_std)
+            if cfg.latent_norm:
+                self.latent_norm = RMSNorm(cfg.d_latent, rms_eps)
+        # QB counts: the cutoff point mass, then R bins (ops/qb/histogram.py).
+        num_columns = cfg.qb_bins + 1 if cfg.balancing == "quantile" else 0
+        self.register_buffer("step_loads", torch.zeros(num_experts, dtype=torch.int64), False)
+        self.register_buffer(
+            "step_margin_counts", torch.zeros(num_experts, num_columns, dtype=torch.int64), False
+        )
+        self.aux_loss = torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch_shape, d_model = x.shape[:-1], x.shape[-1]
+        tokens = x.reshape(-1, d_model)
+        routing = self.route(tokens)
+        if self.training:
+            self.record_statistics(routing)
+        self.aux_loss = self._aux_loss(routing, batch_shape)
+        routed_in = tokens if self.latent_down is None else self.latent_down(tokens)
+        routed = routed_experts(
+            routed_in,
+            routing.expert_idx,
+            routing.weights,
+            self.w_gate,
+            self.w_up,
+            self.w_down,
+            self.activation,
+        )
+        if self.latent_up is not None:
+            if self.latent_norm is not None:
+                routed = self.latent_norm(routed)
+            routed = self.latent_up(routed)
+        if self.shared is not None:
+            routed = routed + self.shared(tokens)
+        return routed.reshape(x.shape)
+
+    def route(self, tokens: torch.Tensor) -> Routing:
+        """Routing of `tokens [N, d]` with the current bias (fp32 logits)."""
+        logits = F.linear(tokens.float(), self.router.weight.float())
+        wants_cutoff = self.training and self.cfg.balancing == "quantile"
+        return route(logits, self.bias, self.cfg.top_k, self.cfg.routed_scale, wants_cutoff)
+
+    def statistics(self) -> torch.Tensor:
+        """This step's statistics `[E, 1 (+ 1 + R)]` int64: loads, then QB margin counts."""
+        return torch.cat([self.step_loads[:, None], self.step_margin_counts], dim=1)
+
+    def _apply(self, fn, recurse=True):
+        # Module-wide casts (`.to(torch.bfloat16)`) must not round the balancing bias: it is an
+        # fp32 buffer (architecture.md 5.1) whose 1e-3 steps bf16 would lose.
+        super()._apply(fn, recurse)
+        if self.bias.dtype != torch.float32:
+            self.bias = self.bias.float()
+        return self
+
+    def reset_statistics(self) -> None:
+        self.step_loads.zero_()
+        self.step_margin_counts.zero_()
+
+    @torch.no_grad()
+    def record_statistics(self, routing: Routing) -> None:
+        """Add one micro-batch's loads (and QB margin counts) to this step's statistics."""
+        flat = routing.expert_idx.reshape(-1)
+        self.step_loads += torch.bincount(flat, minlength=self.cfg.num_experts)
+        if self.step_margin_counts.shape[1] > 0 and routing.cutoff is not None:
+            self.step_margin_counts += margin_counts(
+                routing.scores,
+                routing.cutoff,
+                routing.cutoff_expert,
+                self.bias,
+                self.cfg.qb_bins,
+            )
+
+    def _aux_loss(self, routing: Routing, batch_shape: torch.Size) -> torch.Tensor:
+        alpha = self.cfg.seq_aux_alpha
+        if alpha == 0.0 or not self.training:
+            return routing.scores.new_zeros(())
+        num_sequences = batch_shape[0] if len(batch_shape) > 1 else 1
+        return sequence_aux_loss(routing.scores, routing.expert_idx, num_sequences, alpha)
+
+
+def _expert_weight(num_experts: int, d_out: int, d_in: int, std: float) -> nn.Parameter:
+    # architecture.md 5.3 [INF]: N(0, 0.02) like every other linear.
+    return nn.Parameter(torch.randn(num_experts, d_out, d_in) * std)
+
+
+def _init_router(router: nn.Linear, cfg: MoEConfig, init_std: float) -> None:
+    if cfg.router_init == "normal":
+        nn.init.normal_(router.weight, mean=0.0, std=init_std)
+    else:
+        # HF ports: nn.Linear's default kaiming_uniform_(a=sqrt(5)), about U(+-1/sqrt(d)).
+        nn.init.kaiming_uniform_(router.weight, a=5**0.5)

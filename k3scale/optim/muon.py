@@ -1,0 +1,232 @@
+"""Muon (Moonlight / K2 convention) with Per-Head Muon, and AdamW, in one optimizer object.
+
+Muon (architecture.md 8.1), for each matrix `W [A, B]` of a `muon` group:
+
+    M_t = mu * M_{t-1} + G_t
+    N_t = G_t + mu * M_t  (Nesterov)  or  M_t
+    W_t = W_{t-1} * (1 - lr * wd) - lr * 0.2 * sqrt(max(A, B)) * NS5(N_t)
+
+A 3-D expert tensor `[E, a, b]` is E separate matrices (one batched NS5). Per-Head Muon
+(architecture.md 8.3): a 2-D weight marked with `num_heads = H` has its momentum rows split into H
+equal blocks `[H, A/H, B]`, each orthogonalised on its own; the scale is that of the block
+(`head_scale="block"`) or of the whole matrix (`"matrix"`).
+
+The `adamw` groups (embeddings, head, 1-D tensors, conv kernels, KDA decay parameters) take plain
+AdamW with decoupled weight decay and the same lr. All groups live in one `torch.optim.Optimizer`,
+so `state_dict()` / `load_state_dict()` round-trip the whole optimizer and the trainer sets
+`group["lr"]` on every group each step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from k3scale.config import OptimConfig
+from k3scale.optim.param_groups import build_param_groups
+
+# Quintic Newton-Schulz coefficients (Keller Jordan, Muon, `zeropower_via_newtonschulz5`).
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+# Frobenius-norm guard of the NS5 input (same source).
+NS_EPS = 1e-7
+# RMS matching: update RMS ~0.2 like AdamW, so both groups share lr and wd
+# (Liu et al. 2025, "Muon is Scalable for LLM Training" (Moonlight), section 2.2).
+MUON_RMS_SCALE = 0.2
+
+
+def newton_schulz5(x: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """Approximate orthogonalisation `U V^T` of each matrix by the quintic Newton-Schulz iteration.
+
+    Each matrix is divided by its Frobenius norm (+1e-7), transposed when it has more rows than
+    columns, iterated `steps` times with `X <- a X + (b Y + c Y^2) X`, `Y = X X^T`, and transposed
+    back. Singular values land in a band around 1 (about [0.5, 1.5]; not exactly 1).
+
+    Args:
+        x: `[..., A, B]` one matrix or a batch of matrices; computed in fp32.
+        steps: Newton-Schulz iterations.
+
+    Returns:
+        `[..., A, B]` fp32.
+    """
+    if x.ndim < 2:
+        raise ValueError(f"newton_schulz5: expected a matrix or a batch of them, got {x.shape}")
+    a, b, c = NS_COEFFICIENTS
+    x = x.float()
+    transposed = x.shape[-2] > x.shape[-1]
+    if transposed:
+        x = x.mT
+    x = x / (torch.linalg.matrix_norm(x, keepdim=True) + NS_EPS)
+    for _ in range(steps):
+        y = x @ x.mT
+        x = a * x + (b * y + c * (y @ y)) @ x
+    return x.mT if transposed else x
+
+
+def muon_scale(rows: int, cols: int) -> float:
+    """Moonlight update scale `0.2 * sqrt(max(rows, cols))` of one `[rows, cols]` matrix."""
+    return MUON_RMS_SCALE * math.sqrt(max(rows, cols))
+
+
+def orthogonalized_update(
+    direction: torch.Tensor, num_heads: int | None, head_scale: str, ns_steps: int
+) -> torch.Tensor:
+    """Scaled NS5 update of one parameter (before the `-lr` factor).
+
+    Args:
+        direction: `[A, B]` or `[E, a, b]` momentum direction (Nesterov or plain).
+        num_heads: None for full-matrix Muon; H for Per-Head Muon of a 2-D `[H*a, B]` weight.
+        head_scale: `"block"` (scale of each `[a, B]` block) or `"matrix"` (of `[H*a, B]`).
+        ns_steps: Newton-Schulz iterations.
+
+    Returns:
+        fp32 tensor shaped like `direction`.
+    """
+    if num_heads is None:
+        return newton_schulz5(direction, ns_steps) * muon_scale(*direction.shape[-2:])
+    rows, cols = direction.shape
+    blocks = direction.reshape(num_heads, rows // num_heads, cols)
+    ortho = newton_schulz5(blocks, ns_steps).reshape(rows, cols)
+    scale = muon_scale(rows // num_heads, cols) if head_scale == "block" else muon_scale(rows, cols)
+    return ortho * scale
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for matrix groups and AdamW for the rest, in one optimizer.
+
+    Each param group carries `algorithm` (`"muon"` or `"adamw"`) and `weight_decay`; muon groups
+    may carry `num_heads` (None = full matrix, H = Per-Head Muon of 2-D weights) and a `name`.
+    Every other setting falls back to the constructor defaults. State per parameter:
+    muon `momentum_buffer`; adamw `step` (int), `exp_avg`, `exp_avg_sq`.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[dict[str, Any]],
+        *,
+        lr: float,
+        weight_decay: float,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        head_scale: str = "block",
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+    ) -> None:
+        if head_scale not in ("block", "matrix"):
+            raise ValueError(f"head_scale: {head_scale!r} is not 'block' or 'matrix'")
+        defaults = {
+            "lr": lr,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "ns_steps": ns_steps,
+            "head_scale": head_scale,
+            "betas": betas,
+            "eps": eps,
+            "num_heads": None,
+            "name": "",
+        }
+        super().__init__(list(params), defaults)
+        for group in self.param_groups:
+            _check_group(group)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One update of every parameter that has a gradient; returns `closure()` if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["algorithm"] == "muon":
+                self._muon_group(group)
+            else:
+                self._adamw_group(group)
+        return loss
+
+    def _muon_group(self, group: dict[str, Any]) -> None:
+        lr, mu = group["lr"], group["momentum"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            buf = state["momentum_buffer"]
+            buf.mul_(mu).add_(p.grad)
+            direction = p.grad.add(buf, alpha=mu) if group["nesterov"] else buf
+            update = orthogonalized_update(
+                direction, group["num_heads"], group["head_scale"], group["ns_steps"]
+            )
+            p.mul_(1 - lr * group["weight_decay"])
+            p.add_(update.to(p.dtype), alpha=-lr)
+
+    def _adamw_group(self, group: dict[str, Any]) -> None:
+        lr, eps = group["lr"], group["eps"]
+        beta1, beta2 = group["betas"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if "step" not in state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+            step = state["step"]
+            state["exp_avg"].lerp_(p.grad, 1 - beta1)
+            state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            bias_correction1 = 1 - beta1**step
+            bias_correction2_sqrt = math.sqrt(1 - beta2**step)
+            denom = (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(eps)
+            p.mul_(1 - lr * group["weight_decay"])
+            p.addcdiv_(state["exp_avg"], denom, value=-lr / bias_correction1)
+
+
+def _check_group(group: dict[str, Any]) -> None:
+    """Reject groups the update rules cannot handle, naming the group and the parameter."""
+    algorithm = group.get("algorithm")
+    label = group["name"] or algorithm
+    if algorithm not in ("muon", "adamw"):
+        raise ValueError(f"param group {label!r}: algorithm must be 'muon' or 'adamw'")
+    if algorithm == "adamw":
+        return
+    heads = group["num_heads"]
+    for p in group["params"]:
+        if heads is None and p.ndim not in (2, 3):
+            raise ValueError(
+                f"muon group {label!r}: got a {p.ndim}-D tensor; Muon takes 2-D or 3-D"
+            )
+        if heads is not None and (p.ndim != 2 or heads < 1 or p.shape[0] % heads):
+            raise ValueError(
+                f"muon group {label!r}: per-head Muon needs a 2-D weight whose rows divide into "
+                f"{heads} heads, got shape {tuple(p.shape)}"
+            )
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> Muon:
+    """The model's optimizer: Muon and AdamW groups by the rules of `build_param_groups`.
+
+    Args:
+        model: Any module; parameter roles come from names, shapes and `per_head_projections`.
+        cfg: Optimizer settings (lr, weight decay, momentum, NS steps, Adam betas and eps).
+
+    Returns:
+        One `Muon` optimizer stepping every trainable parameter exactly once.
+    """
+    groups = build_param_groups(model, cfg)
+    return Muon(
+        groups.optimizer_groups(),
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        momentum=cfg.muon_momentum,
+        nesterov=cfg.nesterov,
+        ns_steps=cfg.ns_steps,
+        head_scale=cfg.per_head_scale,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+    )

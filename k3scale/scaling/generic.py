@@ -1,0 +1,142 @@
+"""Generic fits on any CSV table (`k3scale fit surface|frontier CSV ...`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from k3scale.errors import K3ScaleError
+from k3scale.scaling.frontier_compare import compare_frontiers
+from k3scale.scaling.surface import coarse_start_grid, fit_surface
+
+
+def read_columns(path: str, columns: list[str]) -> pl.DataFrame:
+    """Read a CSV and check the named columns exist.
+
+    Raises:
+        K3ScaleError: the file is missing or a column is absent (the message lists what exists).
+    """
+    if not Path(path).is_file():
+        raise K3ScaleError(f"fit: {path} not found")
+    table = pl.read_csv(path, infer_schema_length=None)
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise K3ScaleError(f"fit: {path} has no column(s) {missing}; columns: {table.columns}")
+    return table
+
+
+def _floats(table: pl.DataFrame, column: str) -> np.ndarray:
+    try:
+        return table[column].cast(pl.Float64, strict=True).to_numpy()
+    except pl.exceptions.InvalidOperationError:
+        raise K3ScaleError(f"fit: column {column!r} is not numeric") from None
+
+
+def parse_compute_list(text: str) -> list[float]:
+    """ "1e18,2e18" -> [1e18, 2e18]; K3ScaleError on anything else."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise K3ScaleError(f"fit: --at must be comma-separated numbers, got {text!r}") from None
+    if not values or any(not np.isfinite(v) or v <= 0 for v in values):
+        raise K3ScaleError(f"fit: --at values must be positive, got {text!r}")
+    return values
+
+
+def surface_from_csv(
+    path: str,
+    *,
+    n_col: str,
+    d_col: str,
+    loss_col: str,
+    exclude_col: str | None,
+    num_resamples: int,
+    seed: int,
+    workers: int,
+    grid: str = "epoch",
+) -> dict:
+    """Chinchilla surface of a CSV; flat dict with E, A, B, alpha, beta, ci, n_points, ..."""
+    cols = [n_col, d_col, loss_col, *([exclude_col] if exclude_col else [])]
+    table = read_columns(path, cols)
+    excluded = 0
+    if exclude_col:
+        flag = _floats(table, exclude_col)
+        excluded = int(np.sum(flag != 0))
+        table = table.filter(pl.Series(flag == 0))
+    fit = fit_surface(
+        _floats(table, n_col),
+        _floats(table, d_col),
+        _floats(table, loss_col),
+        starts=coarse_start_grid() if grid == "coarse" else None,
+        num_resamples=num_resamples,
+        seed=seed,
+        workers=workers,
+        target=f"{loss_col}({n_col}, {d_col})",
+    )
+    return {
+        **fit.params,
+        **fit.derived,
+        "ci": fit.intervals,
+        "n_points": fit.n_points,
+        "excluded": excluded,
+        "success": fit.success,
+        "message": fit.message,
+        "objective_value": fit.extra.get("objective_value"),
+        "num_starts": fit.extra.get("num_starts"),
+        "bootstrap": fit.extra.get("bootstrap"),
+    }
+
+
+def frontier_from_csv(
+    path: str,
+    *,
+    compute_col: str,
+    loss_col: str,
+    group_col: str,
+    baseline: str,
+    at: list[float] | None,
+    num_resamples: int,
+    seed: int,
+    workers: int,
+) -> dict:
+    """Per-group frontiers, multipliers vs `baseline` and the shared-exponent test of a CSV."""
+    table = read_columns(path, [compute_col, loss_col, group_col])
+    return compare_frontiers(
+        _floats(table, compute_col),
+        _floats(table, loss_col),
+        table[group_col].cast(pl.String).to_list(),
+        baseline,
+        at=at,
+        num_resamples=num_resamples,
+        seed=seed,
+        workers=workers,
+    )
+
+
+def render(kind: str, out: dict) -> str:
+    """Short human summary of a generic fit."""
+    if kind == "surface":
+        lines = [
+            f"L(N,D) = E + A/N^alpha + B/D^beta on {out['n_points']} points "
+            f"({out['excluded']} excluded); success={out['success']}"
+        ]
+        for name in ("E", "A", "B", "alpha", "beta", "a", "b"):
+            ci = out["ci"].get(name)
+            tail = f"  [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
+            lines.append(f"  {name:6s} {out[name]:.6g}{tail}")
+        return "\n".join(lines)
+    lines = [f"baseline {out['baseline']}"]
+    for name, fit in out["groups"].items():
+        lines.append(f"  {name}: E={fit['E']:.4g} A={fit['A']:.4g} alpha={fit['alpha']:.4g}")
+    for m in out["multiplier"]:
+        ci = m.get("ci")
+        tail = f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
+        lines.append(f"  M({m['compute']:.3g}) {m['group']} = {m['value']:.4g}{tail}")
+    shared = out["shared_exponent"]
+    lines.append(
+        f"  shared exponent p={shared.get('p_value')} multiplier={shared.get('multiplier')}"
+        f" ci={shared.get('ci')}"
+    )
+    return "\n".join(lines)

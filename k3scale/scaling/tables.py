@@ -1,0 +1,245 @@
+"""Run tables (INTERFACES.md section 9): one row per run, one table of curves, as parquet.
+
+Sources (MLflow, JSONL replicas) produce `RunData`; `build_tables` turns them into
+`runs.parquet` (typed columns + every param as `param.<dotted key>` strings) and
+`curves.parquet` (`run_id, step, tokens, metric, value`). These tables are the only input of
+the fits, and `table_hash` identifies them in fit artifacts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import polars as pl
+
+from k3scale.errors import K3ScaleError
+from k3scale.track import schema
+
+RUNS_FILE = "runs.parquet"
+CURVES_FILE = "curves.parquet"
+PARAM_PREFIX = "param."
+
+# Typed columns of runs.parquet in contract order (INTERFACES.md section 9).
+RUN_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.String,
+    "experiment": pl.String,
+    "run_name": pl.String,
+    "status": pl.String,
+    "study": pl.String,
+    "cell": pl.String,
+    "trial": pl.Int64,
+    "arm": pl.String,
+    "arch": pl.String,
+    "schedule": pl.String,
+    "size": pl.String,
+    "budget_tokens": pl.Int64,
+    "seed": pl.Int64,
+    "config_hash": pl.String,
+    "data_fingerprint": pl.String,
+    "git_sha": pl.String,
+    "trunk_run_id": pl.String,
+    "fork_step": pl.Int64,
+    "lr": pl.Float64,
+    "lr_min": pl.Float64,
+    "batch_size": pl.Int64,
+    "seq_len": pl.Int64,
+    "batch_tokens": pl.Int64,
+    "n_total": pl.Int64,
+    "n_active": pl.Int64,
+    "flops_per_token_6n": pl.Float64,
+    "flops_per_token_attn": pl.Float64,
+    "tokens": pl.Int64,
+    "c_6n": pl.Float64,
+    "c_attn": pl.Float64,
+    "final_train_loss": pl.Float64,
+    "final_val_id_loss": pl.Float64,
+    "final_val_ood_loss": pl.Float64,
+}
+CURVE_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.String,
+    "step": pl.Int64,
+    "tokens": pl.Int64,
+    "metric": pl.String,
+    "value": pl.Float64,
+}
+_TAG_COLUMNS = {
+    "study": schema.TAG_STUDY,
+    "cell": schema.TAG_CELL,
+    "trial": schema.TAG_TRIAL,
+    "arm": schema.TAG_ARM,
+    "arch": schema.TAG_ARCH,
+    "schedule": schema.TAG_SCHEDULE,
+    "size": schema.TAG_SIZE,
+    "budget_tokens": schema.TAG_BUDGET_TOKENS,
+    "config_hash": schema.TAG_CONFIG_HASH,
+    "data_fingerprint": schema.TAG_DATA_FINGERPRINT,
+    "git_sha": schema.TAG_GIT_SHA,
+    "trunk_run_id": schema.TAG_TRUNK_RUN_ID,
+    "fork_step": schema.TAG_FORK_STEP,
+}
+# Dotted config keys (k3scale/config.py) and derived params (schema.PARAM_*).
+_PARAM_COLUMNS = {
+    "seed": "train.seed",
+    "lr": "optim.lr",
+    "lr_min": "schedule.lr_min",
+    "batch_size": "train.batch_size",
+    "seq_len": "data.seq_len",
+    "batch_tokens": schema.PARAM_BATCH_TOKENS,
+    "n_total": schema.PARAM_N_TOTAL,
+    "n_active": schema.PARAM_N_ACTIVE,
+    "flops_per_token_6n": schema.PARAM_FLOPS_PER_TOKEN_6N,
+    "flops_per_token_attn": schema.PARAM_FLOPS_PER_TOKEN_ATTN,
+}
+_FINAL_METRICS = {
+    "final_train_loss": (schema.FINAL_PREFIX + "train_loss", schema.METRIC_TRAIN_LOSS),
+    "final_val_id_loss": (schema.FINAL_PREFIX + "val_id_loss", schema.METRIC_VAL_ID_LOSS),
+    "final_val_ood_loss": (schema.FINAL_PREFIX + "val_ood_loss", schema.METRIC_VAL_OOD_LOSS),
+}
+_MLFLOW_STATUS = {
+    "FINISHED": "finished",
+    "FAILED": "failed",
+    "KILLED": "failed",
+    "RUNNING": "running",
+    "SCHEDULED": "running",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """One run as any source sees it.
+
+    Attributes:
+        run_id, experiment, run_name: identity.
+        source_status: the source's own status (replica status or MLflow run status).
+        params, tags: string maps as logged.
+        metrics: (step, key, value) of every logged point.
+    """
+
+    run_id: str
+    experiment: str
+    run_name: str | None
+    source_status: str | None
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: list[tuple[int, str, float]]
+
+
+def _number(text: str | None, kind: type):
+    if text is None or text == "" or text.lower() == "none":
+        return None
+    try:
+        return kind(float(text)) if kind is int else kind(text)
+    except ValueError:
+        return None
+
+
+def _last_values(metrics: list[tuple[int, str, float]]) -> dict[str, float]:
+    """Value at the highest step of each key (later entries win ties)."""
+    best: dict[str, tuple[int, float]] = {}
+    for step, key, value in metrics:
+        if key not in best or step >= best[key][0]:
+            best[key] = (step, value)
+    return {key: value for key, (_, value) in best.items()}
+
+
+def run_row(run: RunData) -> dict:
+    """The runs.parquet row of one run (typed columns, then `param.*` strings)."""
+    row: dict = {"run_id": run.run_id, "experiment": run.experiment, "run_name": run.run_name}
+    status = run.tags.get(schema.TAG_STATUS) or run.source_status
+    row["status"] = _MLFLOW_STATUS.get(status, status) if status else None
+    for column, tag in _TAG_COLUMNS.items():
+        kind = RUN_SCHEMA[column]
+        row[column] = _number(run.tags.get(tag), int) if kind == pl.Int64 else run.tags.get(tag)
+    for column, key in _PARAM_COLUMNS.items():
+        kind = int if RUN_SCHEMA[column] == pl.Int64 else float
+        row[column] = _number(run.params.get(key), kind)
+    if row["batch_tokens"] is None and row["batch_size"] and row["seq_len"]:
+        row["batch_tokens"] = row["batch_size"] * row["seq_len"]
+    if row["budget_tokens"] is None:
+        row["budget_tokens"] = _number(run.params.get("train.budget_tokens"), int)
+    last = _last_values(run.metrics)
+    tokens = last.get(schema.FINAL_PREFIX + "tokens", last.get(schema.METRIC_TOKENS))
+    row["tokens"] = int(tokens) if tokens is not None else None
+    for column, conv in (("c_6n", "flops_per_token_6n"), ("c_attn", "flops_per_token_attn")):
+        both = row[conv] is not None and row["tokens"] is not None
+        row[column] = row[conv] * row["tokens"] if both else None
+    for column, (final_key, curve_key) in _FINAL_METRICS.items():
+        row[column] = last.get(final_key, last.get(curve_key))
+    for key, value in run.params.items():
+        row[PARAM_PREFIX + key] = str(value)
+    return row
+
+
+def curve_rows(run: RunData) -> list[dict]:
+    """curves.parquet rows of one run; `tokens` from the run's `tokens` metric at that step."""
+    tokens_at = {step: value for step, key, value in run.metrics if key == schema.METRIC_TOKENS}
+    batch_tokens = _number(run.params.get(schema.PARAM_BATCH_TOKENS), int)
+    rows = []
+    for step, key, value in run.metrics:
+        if key.startswith(schema.FINAL_PREFIX):
+            continue
+        tokens = tokens_at.get(step)
+        if tokens is None and batch_tokens is not None:
+            tokens = step * batch_tokens
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "step": int(step),
+                "tokens": int(tokens) if tokens is not None else None,
+                "metric": key,
+                "value": float(value),
+            }
+        )
+    return rows
+
+
+def build_tables(runs: list[RunData]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(runs, curves) DataFrames, rows sorted by run_id (curves by run_id, metric, step)."""
+    rows = [run_row(r) for r in sorted(runs, key=lambda r: r.run_id)]
+    param_cols = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
+    full_schema = {**RUN_SCHEMA, **dict.fromkeys(param_cols, pl.String)}
+    runs_df = pl.DataFrame(
+        [{col: row.get(col) for col in full_schema} for row in rows], schema=full_schema
+    )
+    curves = [c for r in runs for c in curve_rows(r)]
+    curves_df = pl.DataFrame(curves, schema=CURVE_SCHEMA).sort(["run_id", "metric", "step"])
+    return runs_df, curves_df
+
+
+def write_tables(runs: pl.DataFrame, curves: pl.DataFrame, out_dir: Path) -> tuple[Path, Path]:
+    """Write runs.parquet and curves.parquet into `out_dir` (created); returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs.write_parquet(out_dir / RUNS_FILE)
+    curves.write_parquet(out_dir / CURVES_FILE)
+    return out_dir / RUNS_FILE, out_dir / CURVES_FILE
+
+
+def load_tables(directory: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Read (runs, curves) written by `write_tables`.
+
+    Raises:
+        K3ScaleError: a file is missing (run `k3scale export` first).
+    """
+    directory = Path(directory)
+    paths = [directory / RUNS_FILE, directory / CURVES_FILE]
+    for path in paths:
+        if not path.exists():
+            raise K3ScaleError(
+                f"load tables: {path} not found; run `k3scale export --out {directory}` first"
+            )
+    return pl.read_parquet(paths[0]), pl.read_parquet(paths[1])
+
+
+def table_hash(runs: pl.DataFrame) -> str:
+    """sha256 of the run table's content: columns sorted by name, rows by run_id, CSV-encoded.
+
+    Independent of parquet encoding details and of row/column order in the file.
+    """
+    ordered = runs.select(sorted(runs.columns))
+    if "run_id" in ordered.columns:
+        ordered = ordered.sort("run_id")
+    text = ordered.cast({c: pl.String for c in ordered.columns}).write_csv(null_value="<null>")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

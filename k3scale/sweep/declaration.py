@@ -1,0 +1,144 @@
+"""Study declarations: what a study is made of, as frozen data.
+
+A study file in `experiments/` defines `STUDY = Study(...)`: the architectures, schedules, arms
+and presets. A preset fixes the size ladder, token budgets, search space, trials per cell, seeds
+and the schedule constants shared by every trial (one absolute `lr_min` for both schedules,
+methods.md section 1.4). The planner expands a study and a preset into cells.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from k3scale.errors import K3ScaleError
+
+Arch = Literal["k2", "k3"]
+Schedule = Literal["cosine", "wsd"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    lr_low: float
+    """Lowest peak LR searched (log-uniform); at least 10x above lr_min."""
+    lr_high: float
+    """Highest peak LR searched."""
+    batch_sizes: tuple[int, ...]
+    """Global batch sizes searched, in sequences per step (categorical)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lr_low < self.lr_high:
+            raise K3ScaleError(
+                f"search space: need 0 < lr_low < lr_high, got {self.lr_low}, {self.lr_high}"
+            )
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise K3ScaleError(
+                "search space: batch_sizes must be a non-empty tuple of positive ints"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyPreset:
+    sizes: dict[str, tuple[str, ...]]
+    """Model presets per architecture, e.g. {"k2": ("k2-t1", "k2-t2"), "k3": (...)}."""
+    budgets: tuple[int, ...]
+    """Token budgets D per cell (the same for every size)."""
+    search: SearchSpace
+    """Search space of every tuned cell (identical for both schedules)."""
+    trials_per_cell: int
+    """Tuning trials per cell."""
+    seeds: tuple[int, ...] = (0,)
+    """Seed of tuning trials is seeds[0]; the others re-run each cell's best point."""
+    seq_len: int = 128
+    """Tokens per sequence."""
+    eval_tokens: int = 32_768
+    """Validation tokens per split per evaluation."""
+    eval_points: int = 4
+    """Evaluations per run (evenly spaced in tokens, plus the final one)."""
+    micro_batch_size: int = 16
+    """Sequences per forward pass."""
+    lr_min: float = 1e-5
+    """Absolute LR floor shared by every trial of both schedules (StepLaw: 1e-5)."""
+    warmup_fraction: float = 0.02
+    """Warmup as a fraction of each run's budget (tokens), the same for both schedules."""
+    wsd_decay_fraction: float = 0.2
+    """WSD decay fraction of the whole run (Hägele et al.: 20% matches cosine)."""
+    wsd_decay_shape: Literal["linear", "1-sqrt", "cosine", "square", "exponential"] = "1-sqrt"
+    """WSD decay shape (fixed, not searched)."""
+    share_wsd_trunks: bool = True
+    """WSD trials of one (arch, size, LR, batch) share one trunk across budgets (branching)."""
+    threads_per_trial: int = 1
+    """CPU threads per trial (two 1-thread trials beat one 2-thread trial on 2 cores)."""
+    gpus_per_trial: float = 0.0
+    """GPUs per trial (GPU presets: 1)."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Training precision."""
+    max_retries: int = 2
+    """Retries of a trial whose process died."""
+
+    def __post_init__(self) -> None:
+        if self.trials_per_cell < 1:
+            raise K3ScaleError("preset: trials_per_cell must be >= 1")
+        if not self.budgets or min(self.budgets) < 1:
+            raise K3ScaleError("preset: budgets must be positive token counts")
+        if self.search.lr_low < 10 * self.lr_min:
+            raise K3ScaleError("preset: search.lr_low must be at least 10x lr_min (methods.md 1.4)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Study:
+    name: str
+    """Study name: the MLflow experiment and the study folder's name."""
+    archs: tuple[Arch, ...]
+    """Architectures compared."""
+    schedules: tuple[Schedule, ...]
+    """Schedules, each tuned separately."""
+    presets: dict[str, StudyPreset]
+    """Named presets: smoke, demo, cpu, gpu, cluster."""
+    shared_arm: bool = False
+    """Also run every schedule at one shared (LR, batch): the baseline schedule's tuned optimum."""
+    objective: Literal["val_ood_loss", "val_id_loss"] = "val_ood_loss"
+    """Final metric each cell minimises (the K3 report reads held-out OOD loss)."""
+    description: str = ""
+    """One paragraph for people: what the study asks."""
+    analysis: str = ""
+    """Analysis recipe in analysis/ that turns its tables into fits."""
+    dashboard: str = ""
+    """Dashboard layout in dashboards/."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Free-form notes recorded in study.json."""
+
+    def preset(self, name: str) -> StudyPreset:
+        if name not in self.presets:
+            raise K3ScaleError(
+                f"study {self.name} has no preset {name!r} (has: {', '.join(self.presets)})"
+            )
+        return self.presets[name]
+
+
+def load_study(path: str | Path) -> Study:
+    """Import a study file and return its `STUDY`; any problem is one clear K3ScaleError."""
+    path = Path(path)
+    if not path.is_file():
+        raise K3ScaleError(f"study file {path} does not exist")
+    # Study files import their shared pieces from the repo root (`sweeps/`), one level up.
+    root = str(path.resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    spec = importlib.util.spec_from_file_location(f"k3scale_study_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except K3ScaleError as exc:
+        raise K3ScaleError(f"study file {path}: {exc}") from None
+    except Exception as exc:
+        raise K3ScaleError(
+            f"study file {path} cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from None
+    study = getattr(module, "STUDY", None)
+    if not isinstance(study, Study):
+        raise K3ScaleError(f"study file {path} must define STUDY = Study(...)")
+    return study

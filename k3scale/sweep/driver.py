@@ -1,0 +1,336 @@
+"""The sweep driver: the only Optuna writer; ask, launch a Ray task, tell, across all cells.
+
+It keeps every slot busy (cheap cells first, the least-served cell next so none starves), shares
+WSD trunks across budgets, re-runs each cell's best point with more seeds and runs the shared
+(LR, batch) arm once a cell's tuning is done. Killed at any moment and restarted with the same
+command, it resumes from the Optuna storage: finished trials are never rerun, and trials left
+RUNNING are launched again (their runs resume from their checkpoints).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from k3scale.sweep import sources
+from k3scale.sweep.declaration import Study, StudyPreset
+from k3scale.sweep.planner import Cell, plan_cells, trial_config
+from k3scale.sweep.progress import Progress
+from k3scale.track import schema
+
+# What a diverged trial is told: worse than any trained model, but finite so TPE stays sane.
+DIVERGED_OBJECTIVE = 50.0
+_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepContext:
+    study: Study
+    preset: StudyPreset
+    study_dir: Path
+    storage: str
+    tracking_uri: str
+    data_root: str
+
+
+@dataclass
+class _Job:
+    """One in-flight Ray task and the trials it will tell."""
+
+    ref: Any
+    params: dict
+    tells: list[tuple[optuna.Study, optuna.trial.Trial | None, int, Cell]]
+    label: str
+    started: float
+
+
+@dataclass
+class _Counters:
+    finished: int = 0
+    failed: int = 0
+    diverged: int = 0
+    busy_s: float = 0.0
+    tokens: int = 0
+    run_ids: list[str] = field(default_factory=list)
+
+
+class Driver:
+    """Runs one study to completion on an initialised Ray."""
+
+    def __init__(self, ctx: SweepContext, slots: int, log=print) -> None:
+        self.ctx = ctx
+        self.slots = max(1, slots)
+        self.log = log
+        self.cells = plan_cells(ctx.study, ctx.preset)
+        seed = ctx.preset.seeds[0]
+        self.tuning = {c.key: sources.open_cell_study(ctx.storage, c, seed) for c in self.cells}
+        self.extra = {c.key: sources.open_extra_study(ctx.storage, c) for c in self.cells}
+        self.jobs: list[_Job] = []
+        self.counters = _Counters()
+        self.progress = Progress(self.cells, ctx.preset.trials_per_cell, log)
+        import ray
+
+        self._remote = ray.remote(_run_payload_entry).options(
+            num_cpus=ctx.preset.threads_per_trial,
+            num_gpus=ctx.preset.gpus_per_trial,
+            max_retries=ctx.preset.max_retries,
+            retry_exceptions=False,
+        )
+
+    def run(self) -> _Counters:
+        """Launch, wait and tell until no work is left."""
+        self._relaunch_stale()
+        while True:
+            self._enqueue_extras()
+            while len(self.jobs) < self.slots and self._launch_next():
+                pass
+            if not self.jobs:
+                break
+            self._wait_one()
+            self.progress.maybe_print(self._best_by_cell(), len(self.jobs))
+        self.progress.maybe_print(self._best_by_cell(), 0, force=True)
+        return self.counters
+
+    # -- choosing work -------------------------------------------------------------------------
+
+    def _launch_next(self) -> bool:
+        for cell in sorted(self.cells, key=self._served):
+            if self._launch_extra(cell) or self._launch_tuning(cell):
+                return True
+        return False
+
+    def _served(self, cell: Cell) -> tuple[int, int]:
+        """Least-served cells first; ties go to the cheaper cell (cells are cost-sorted)."""
+        study = self._driving_study(cell)
+        return (
+            sources.count(study, TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING),
+            self.cells.index(cell),
+        )
+
+    def _driving_study(self, cell: Cell) -> optuna.Study:
+        return self.tuning[self._trunk_cell(cell).key]
+
+    def _trunk_cell(self, cell: Cell) -> Cell:
+        """The largest-budget WSD cell of the same (arch, size) when trunks are shared."""
+        if cell.schedule != "wsd" or not self.ctx.preset.share_wsd_trunks:
+            return cell
+        return Cell(
+            arch=cell.arch,
+            size=cell.size,
+            budget_tokens=max(self.ctx.preset.budgets),
+            schedule="wsd",
+        )
+
+    def _launch_tuning(self, cell: Cell) -> bool:
+        if self._trunk_cell(cell) != cell:
+            return False
+        study = self.tuning[cell.key]
+        used = sources.count(study, TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        if used >= self.ctx.preset.trials_per_cell:
+            return False
+        trial = study.ask(sources.tuning_distributions(self.ctx.preset))
+        self._launch(cell, study, trial, sources.TUNED)
+        return True
+
+    def _launch_extra(self, cell: Cell) -> bool:
+        study = self.extra[cell.key]
+        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return False
+        trial = study.ask(sources.extra_distributions(self.ctx.preset))
+        self._launch(cell, study, trial, trial.params["arm"])
+        return True
+
+    def _relaunch_stale(self) -> None:
+        for cell in self.cells:
+            for group in (self.tuning, self.extra):
+                for trial in sources.stale_running(group[cell.key]):
+                    arm = trial.params.get("arm", sources.TUNED)
+                    self.log(
+                        f"resuming {cell.key} trial {trial.number} (left running by a previous driver)"
+                    )
+                    self._launch(cell, group[cell.key], trial, arm)
+
+    def _enqueue_extras(self) -> None:
+        """Once a cell is tuned: its best point with the other seeds, and the shared arm."""
+        preset, study = self.ctx.preset, self.ctx.study
+        baseline = study.schedules[0]
+        for cell in self.cells:
+            if not self._tuning_done(cell):
+                continue
+            best = sources.best_params(self.tuning[cell.key])
+            if best is None:
+                continue
+            for seed in preset.seeds[1:]:
+                sources.enqueue_extra(self.extra[cell.key], best, seed, sources.SEED)
+            if study.shared_arm and cell.schedule == baseline:
+                for other in self.cells:
+                    if other.schedule != baseline and (
+                        other.arch,
+                        other.size,
+                        other.budget_tokens,
+                    ) == (cell.arch, cell.size, cell.budget_tokens):
+                        sources.enqueue_extra(
+                            self.extra[other.key], best, preset.seeds[0], sources.SHARED
+                        )
+
+    def _tuning_done(self, cell: Cell) -> bool:
+        study = self.tuning[cell.key]
+        if sources.count(study, TrialState.RUNNING, TrialState.WAITING):
+            return False
+        if self._trunk_cell(cell) != cell:
+            study = self._driving_study(cell)
+            if sources.count(study, TrialState.RUNNING):
+                return False
+        return (
+            sources.count(study, TrialState.COMPLETE, TrialState.FAIL)
+            >= self.ctx.preset.trials_per_cell
+        )
+
+    # -- launching and telling -----------------------------------------------------------------
+
+    def _launch(self, cell: Cell, study: optuna.Study, trial: optuna.trial.Trial, arm: str) -> None:
+        params, number = trial.params, trial.number
+        seed = int(params.get("seed", self.ctx.preset.seeds[0]))
+        trunk = (
+            arm == sources.TUNED
+            and cell.schedule == "wsd"
+            and self._trunk_cell(cell) == cell
+            and (self.ctx.preset.share_wsd_trunks and len(self.ctx.preset.budgets) > 1)
+        )
+        tag = f"{'e' if study.study_name.endswith('|extra') else 't'}{number:03d}"
+        cfg = self._config(cell, params, seed, tag, arm)
+        payload: dict[str, Any] = {
+            "config": _to_dict(cfg),
+            "threads": self.ctx.preset.threads_per_trial,
+            "env": _ENV,
+        }
+        tells = [(study, trial, cell.budget_tokens, cell)]
+        if trunk:
+            branch_cells = [
+                Cell(arch=cell.arch, size=cell.size, budget_tokens=b, schedule="wsd")
+                for b in self.ctx.preset.budgets
+                if b != cell.budget_tokens
+            ]
+            payload["budgets"] = list(self.ctx.preset.budgets)
+            payload["branch_dirs"] = {
+                str(c.budget_tokens): str(self.ctx.study_dir / "runs" / c.slug / tag)
+                for c in branch_cells
+            }
+            # A branch's own tags are its trunk's except the budget and cell.
+            tells += [(self.tuning[c.key], None, c.budget_tokens, c) for c in branch_cells]
+        ref = self._remote.remote(payload)
+        self.jobs.append(
+            _Job(
+                ref=ref,
+                params=dict(params),
+                tells=tells,
+                label=f"{cell.key}#{number}",
+                started=time.time(),
+            )
+        )
+
+    def _config(self, cell: Cell, params: dict, seed: int, tag: str, arm: str):
+        return trial_config(
+            self.ctx.study,
+            self.ctx.preset,
+            cell,
+            lr=float(params["lr"]),
+            batch_size=int(params["batch_size"]),
+            seed=seed,
+            out_dir=str(self.ctx.study_dir / "runs" / cell.slug / tag),
+            data_root=self.ctx.data_root,
+            tracking_uri=self.ctx.tracking_uri,
+            tags={schema.TAG_TRIAL: f"{cell.key}#{tag}", schema.TAG_ARM: arm},
+        )
+
+    def _wait_one(self) -> None:
+        import ray
+
+        ready, _ = ray.wait([job.ref for job in self.jobs], num_returns=1)
+        job = next(j for j in self.jobs if j.ref == ready[0])
+        self.jobs.remove(job)
+        try:
+            output = ray.get(job.ref)
+        except Exception as exc:
+            self.log(
+                f"trial {job.label} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            )
+            for study, trial, _, _ in job.tells:
+                if trial is not None:
+                    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            self.counters.failed += 1
+            return
+        self.counters.busy_s += float(output["busy_s"])
+        for study, trial, budget, _ in job.tells:
+            self._tell(study, trial, output["results"][str(budget)], job)
+
+    def _tell(self, study, trial, result: dict, job: _Job) -> None:
+        objective = result["final_" + self.ctx.study.objective]
+        diverged = result["status"] == schema.STATUS_DIVERGED
+        value = DIVERGED_OBJECTIVE if diverged or not math.isfinite(objective) else objective
+        self.counters.tokens += int(result["tokens"])
+        self.counters.run_ids.append(result["run_id"])
+        self.counters.diverged += diverged
+        self.counters.finished += not diverged
+        if trial is None:
+            # A WSD branch: the trunk's point, evaluated at this budget, joins this cell's study.
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params={k: job.params[k] for k in ("lr", "batch_size")},
+                    distributions=sources.tuning_distributions(self.ctx.preset),
+                    value=value,
+                    user_attrs=_attrs(result),
+                )
+            )
+            return
+        for key, attr in _attrs(result).items():
+            trial.set_user_attr(key, attr)
+        study.tell(trial, value, skip_if_finished=True)
+
+    def _best_by_cell(self) -> dict[str, float | None]:
+        best = {}
+        for cell in self.cells:
+            done = self.tuning[cell.key].get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            best[cell.key] = min((t.value for t in done), default=None)
+        return best
+
+
+def _attrs(result: dict) -> dict[str, Any]:
+    keys = (
+        "run_id",
+        "status",
+        "config_hash",
+        "out_dir",
+        "tokens",
+        "final_val_ood_loss",
+        "final_val_id_loss",
+    )
+    return {k: result[k] for k in keys}
+
+
+def _to_dict(cfg) -> dict:
+    from k3scale.config import to_dict
+
+    return to_dict(cfg)
+
+
+def _run_payload_entry(payload: dict) -> dict:
+    from k3scale.sweep.worker import run_payload
+
+    return run_payload(payload)
+
+
+def default_slots(preset: StudyPreset) -> int:
+    """Trials at once on this machine: cores / threads per trial."""
+    return max(1, (os.cpu_count() or 1) // max(1, preset.threads_per_trial))

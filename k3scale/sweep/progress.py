@@ -1,0 +1,46 @@
+"""A live progress line per study: cells done, trials running, best loss per cell, elapsed, ETA."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from k3scale.sweep.planner import Cell
+
+
+class Progress:
+    """Prints at most every `interval` seconds (always on a terminal's single line when a tty)."""
+
+    def __init__(
+        self, cells: list[Cell], trials_per_cell: int, log=print, interval: float = 15.0
+    ) -> None:
+        self.cells = cells
+        self.trials_per_cell = trials_per_cell
+        self.log = log
+        self.interval = interval
+        self.started = time.time()
+        self.last = 0.0
+
+    def maybe_print(self, best: dict[str, float | None], running: int, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last < self.interval:
+            return
+        self.last = now
+        self.log(self.line(best, running, now))
+        sys.stdout.flush()
+
+    def line(self, best: dict[str, float | None], running: int, now: float) -> str:
+        done = sum(value is not None for value in best.values())
+        elapsed = now - self.started
+        shown = ", ".join(
+            f"{key}={value:.3f}" for key, value in sorted(best.items()) if value is not None
+        )
+        eta = "?"
+        if done and done < len(self.cells):
+            eta = f"{elapsed / done * (len(self.cells) - done) / 60:.1f} min"
+        elif done == len(self.cells):
+            eta = "0 min"
+        return (
+            f"[{elapsed / 60:5.1f} min] cells with results {done}/{len(self.cells)}, "
+            f"trials running {running}, ETA {eta} | best: {shown or '-'}"
+        )

@@ -1,0 +1,85 @@
+"""Optuna bookkeeping of a study: one Optuna study per cell, plus one per cell for extra runs.
+
+The Optuna storage is the sweep's state. Tuned cells ask the seeded TPE sampler; the extra
+studies hold fixed, enqueued runs (each cell's best point re-run with more seeds, and the shared
+(LR, batch) arm), so a restarted driver finds every kind of pending work in one place.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from k3scale.sweep.declaration import StudyPreset
+from k3scale.sweep.planner import Cell
+
+TUNED, SEED, SHARED = "tuned", "seed", "shared"
+
+
+def tuning_distributions(preset: StudyPreset) -> dict:
+    space = preset.search
+    return {
+        "lr": FloatDistribution(space.lr_low, space.lr_high, log=True),
+        "batch_size": CategoricalDistribution(list(space.batch_sizes)),
+    }
+
+
+def extra_distributions(preset: StudyPreset) -> dict:
+    return {
+        **tuning_distributions(preset),
+        "seed": IntDistribution(0, 2**31 - 1),
+        "arm": CategoricalDistribution([SEED, SHARED]),
+    }
+
+
+def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
+    """The cell's tuning study (created once; seeded TPE, multivariate, constant liar)."""
+    sampler = optuna.samplers.TPESampler(
+        seed=(seed * 1_000_003 + zlib.crc32(cell.key.encode())) % 2**31,
+        multivariate=True,
+        constant_liar=True,
+        n_startup_trials=5,
+    )
+    return optuna.create_study(
+        storage=storage,
+        study_name=cell.key,
+        sampler=sampler,
+        direction="minimize",
+        load_if_exists=True,
+    )
+
+
+def open_extra_study(storage: str, cell: Cell) -> optuna.Study:
+    """The cell's study of fixed extra runs (seeds, shared arm)."""
+    return optuna.create_study(
+        storage=storage, study_name=f"{cell.key}|extra", direction="minimize", load_if_exists=True
+    )
+
+
+def count(study: optuna.Study, *states: TrialState) -> int:
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def stale_running(study: optuna.Study) -> list[optuna.trial.Trial]:
+    """Trials a previous driver left RUNNING: they are launched again (their run resumes)."""
+    return [
+        # Trial(study, id) re-attaches to a stored trial so it can be told by this driver.
+        optuna.trial.Trial(study, t._trial_id)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    ]
+
+
+def best_params(study: optuna.Study) -> dict | None:
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not done:
+        return None
+    best = min(done, key=lambda t: (t.value, t.number))
+    return {"lr": best.params["lr"], "batch_size": best.params["batch_size"]}
+
+
+def enqueue_extra(study: optuna.Study, params: dict, seed: int, arm: str) -> None:
+    """Queue one fixed run (idempotent: the same run is never queued twice)."""
+    study.enqueue_trial({**params, "seed": seed, "arm": arm}, skip_if_exists=True)

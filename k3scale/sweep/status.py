@@ -1,0 +1,32 @@
+"""Study progress read from the Optuna storage (no driver needed)."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+from k3scale.sweep.declaration import Study, StudyPreset
+from k3scale.sweep.planner import plan_cells
+
+
+def study_status(study: Study, preset: StudyPreset, storage: str) -> str:
+    """One line per cell: completed, failed, running and best objective."""
+    existing = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    lines = [f"{'cell':40s} {'done':>5s} {'fail':>5s} {'run':>4s}  best"]
+    totals = [0, 0, 0]
+    for cell in plan_cells(study, preset):
+        if cell.key not in existing:
+            lines.append(f"{cell.key:40s} {'-':>5s} {'-':>5s} {'-':>4s}  (not started)")
+            continue
+        trials = optuna.load_study(study_name=cell.key, storage=storage).get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        failed = sum(t.state == TrialState.FAIL for t in trials)
+        running = sum(t.state == TrialState.RUNNING for t in trials)
+        best = min((t.value for t in done), default=None)
+        totals = [totals[0] + len(done), totals[1] + failed, totals[2] + running]
+        lines.append(
+            f"{cell.key:40s} {len(done):5d} {failed:5d} {running:4d}  "
+            f"{'-' if best is None else f'{best:.4f}'}"
+        )
+    lines.append(f"{'total':40s} {totals[0]:5d} {totals[1]:5d} {totals[2]:4d}")
+    return "\n".join(lines)

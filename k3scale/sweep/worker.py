@@ -1,0 +1,54 @@
+"""What one Ray task runs: a trial (one run), or a WSD trunk with its decay branches.
+
+The task sets its torch threads from the CPUs Ray assigned to it (Ray reuses worker processes,
+so this is done per task) and returns plain dicts, so the driver never unpickles library objects.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict
+from typing import Any
+
+
+def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """Train what the payload describes; returns per-budget results and busy seconds."""
+    for key, value in payload.get("env", {}).items():
+        os.environ.setdefault(key, value)
+    import torch
+
+    from k3scale.config import load_run_config
+    from k3scale.train import train
+    from k3scale.train.branching import run_branches
+
+    threads = _assigned_cpus(payload.get("threads", 1))
+    torch.set_num_threads(threads)
+    cfg = load_run_config(payload["config"])
+    started = time.perf_counter()
+    if payload.get("budgets"):
+        branch_dirs = {int(k): v for k, v in payload["branch_dirs"].items()}
+        results = run_branches(cfg, [int(b) for b in payload["budgets"]], branch_dirs)
+    else:
+        results = {cfg.train.budget_tokens: train(cfg)}
+    return {
+        "results": {str(budget): _summary(result) for budget, result in results.items()},
+        "busy_s": time.perf_counter() - started,
+        "pid": os.getpid(),
+    }
+
+
+def _summary(result) -> dict[str, Any]:
+    out = asdict(result)
+    out.pop("losses")
+    return out
+
+
+def _assigned_cpus(default: int) -> int:
+    try:
+        import ray
+
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:
+        cpus = None
+    return max(1, int(cpus)) if cpus else max(1, default)

@@ -1,0 +1,76 @@
+"""WSD branching (methods.md section 1.5): one stable trunk, many decay branches.
+
+A WSD run's LR up to its decay start does not depend on its budget, so the largest budget's run
+(the trunk) saves a checkpoint at the decay start of every smaller budget, and each smaller budget
+resumes from that checkpoint and runs only its decay. The fork step is where the two LR sequences
+first differ, found by comparing them step by step, so a branch replays a straight run of its
+budget exactly (same weights, optimizer state, data position and RNG at the fork).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from k3scale.config import RunConfig
+from k3scale.errors import K3ScaleError
+from k3scale.track import schema
+from k3scale.train.checkpoint import fork_name
+from k3scale.train.loop import RunResult, plan_run, train
+
+
+def fork_step(trunk: RunConfig, branch: RunConfig) -> int:
+    """First step at which the branch's LR differs from the trunk's (its decay start)."""
+    trunk_lrs = plan_run(trunk).lrs
+    branch_lrs = plan_run(branch).lrs
+    for step, (a, b) in enumerate(zip(trunk_lrs, branch_lrs)):
+        if a != b:
+            return step
+    return len(branch_lrs)
+
+
+def trunk_config(cfg: RunConfig, budgets: list[int]) -> RunConfig:
+    """The largest budget's run, saving a fork checkpoint for each smaller budget."""
+    if cfg.schedule.kind != "wsd":
+        raise K3ScaleError(f"WSD branching needs schedule.kind=wsd, not {cfg.schedule.kind}")
+    largest = max(budgets)
+    trunk = _with_budget(cfg, largest, cfg.train.out_dir)
+    batch_tokens = cfg.train.batch_size * cfg.data.seq_len
+    forks = sorted(
+        fork_step(trunk, _with_budget(cfg, budget, cfg.train.out_dir)) * batch_tokens
+        for budget in set(budgets)
+        if budget != largest
+    )
+    return _replace_train(trunk, fork_tokens=tuple(forks))
+
+
+def branch_config(cfg: RunConfig, budget: int, out_dir: str) -> RunConfig:
+    """A branch equals a straight WSD run of `budget`: same config, its own folder."""
+    return _with_budget(cfg, budget, out_dir)
+
+
+def run_branches(
+    cfg: RunConfig, budgets: list[int], branch_dirs: dict[int, str]
+) -> dict[int, RunResult]:
+    """Train the trunk (largest budget) and every smaller budget as a branch of it."""
+    trunk = trunk_config(cfg, budgets)
+    results = {max(budgets): train(trunk)}
+    trunk_run = results[max(budgets)]
+    for budget in sorted(set(budgets) - {max(budgets)}):
+        branch = branch_config(cfg, budget, branch_dirs[budget])
+        step = fork_step(trunk, branch)
+        tokens = step * cfg.train.batch_size * cfg.data.seq_len
+        results[budget] = train(
+            branch,
+            start_from=Path(trunk.train.out_dir) / fork_name(tokens),
+            extra_tags={schema.TAG_TRUNK_RUN_ID: trunk_run.run_id, schema.TAG_FORK_STEP: str(step)},
+        )
+    return results
+
+
+def _with_budget(cfg: RunConfig, budget: int, out_dir: str) -> RunConfig:
+    return _replace_train(cfg, budget_tokens=budget, out_dir=out_dir, fork_tokens=())
+
+
+def _replace_train(cfg: RunConfig, **changes) -> RunConfig:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))

@@ -1,0 +1,30 @@
+"""Validation loss on fixed windows: the same tokens for every run of a study."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def mean_loss(
+    model: nn.Module, windows: np.ndarray, micro_batch_size: int, autocast: bool
+) -> float:
+    """Token-weighted mean main-head cross-entropy (nats) over `windows` [n, seq_len + 1]."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for start in range(0, len(windows), micro_batch_size):
+            batch = torch.from_numpy(windows[start : start + micro_batch_size].astype(np.int64))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = model(batch[:, :-1], targets=batch[:, 1:])
+            tokens = batch[:, 1:].numel()
+            total += float(out.ce_loss) * tokens
+            count += tokens
+    finally:
+        model.train(was_training)
+    return total / count if count else math.nan

@@ -1,0 +1,436 @@
+"""`train(cfg) -> RunResult`: one training run, from a RunConfig to logged metrics.
+
+Reads like nanoGPT's loop: build the pieces, then per optimizer step set the LR from tokens seen,
+accumulate gradients over micro-batches, clip, step, update MoE balancing biases and apply
+QK-Clip, log, evaluate, checkpoint. Same seed, same losses to the bit on CPU; a resumed run
+replays exactly the losses of an uninterrupted one; a WSD branch started from a trunk's fork
+checkpoint equals a straight WSD run of its budget.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from k3scale.config import RunConfig, config_hash, flatten, to_dict
+from k3scale.data import TrainWindows, eval_windows, open_dataset
+from k3scale.errors import K3ScaleError
+from k3scale.models import accounting, build_model
+from k3scale.models.balancing import update_balancing
+from k3scale.models.model import mla_modules
+from k3scale.optim.muon import build_optimizer
+from k3scale.optim.qk_clip import qk_clip
+from k3scale.optim.schedules import step_lrs
+from k3scale.track import schema
+from k3scale.track.tracker import RunTracker, provenance
+from k3scale.train.checkpoint import LATEST, fork_name, load_checkpoint, save_checkpoint
+from k3scale.train.distributed import average_gradients, mean_over_ranks, world
+from k3scale.train.evaluate import mean_loss
+from k3scale.train.perf import matmul_peak_flops, mfu
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """What a run ended with; every number here is also in the tracker and the replica."""
+
+    status: str
+    """finished or diverged."""
+    run_id: str
+    """Tracker run id (MLflow run id, or a local id when logging to the replica only)."""
+    config_hash: str
+    """Identity of the run's config."""
+    steps: int
+    """Optimizer steps taken."""
+    tokens: int
+    """Training tokens seen."""
+    final_train_loss: float
+    """Main-head train loss of the last good step (nats/token)."""
+    final_val_id_loss: float
+    """In-distribution validation loss at the end (nats/token)."""
+    final_val_ood_loss: float
+    """Out-of-distribution validation loss at the end (nats/token)."""
+    losses: tuple[float, ...]
+    """Main-head train loss of every step, resumed history included."""
+    tokens_per_s: float
+    """Training throughput over the steps of this process (evaluation excluded)."""
+    mfu: float
+    """Model FLOP utilisation against the matmul peak measured in this process."""
+    out_dir: str
+    """Folder with the checkpoints and the JSONL replica."""
+
+
+@dataclass(kw_only=True)
+class _State:
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    first_loss: float | None = None
+    run_id: str | None = None
+    final: dict[str, Any] | None = None
+    last_eval: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    batch_tokens: int
+    total_steps: int
+    micro_steps: int
+    rank_sequences: int
+    lrs: tuple[float, ...]
+
+
+def plan_run(cfg: RunConfig, world_size: int = 1) -> _Plan:
+    """Steps, micro-batches and the per-step LR of a run (also what `--dry-run` prints)."""
+    t = cfg.train
+    if t.batch_size % world_size:
+        raise K3ScaleError(
+            f"train.batch_size={t.batch_size} is not divisible by {world_size} ranks"
+        )
+    rank_sequences = t.batch_size // world_size
+    if rank_sequences % t.micro_batch_size and t.micro_batch_size < rank_sequences:
+        raise K3ScaleError(
+            f"train.batch_size per rank ({rank_sequences}) must be a multiple of "
+            f"train.micro_batch_size ({t.micro_batch_size})"
+        )
+    batch_tokens = t.batch_size * cfg.data.seq_len
+    total_steps = t.budget_tokens // batch_tokens
+    if total_steps < 1:
+        raise K3ScaleError(
+            f"train.budget_tokens={t.budget_tokens} is less than one batch ({batch_tokens} tokens)"
+        )
+    micro = min(t.micro_batch_size, rank_sequences)
+    lrs = step_lrs(total_steps, batch_tokens, cfg.optim.lr, cfg.schedule)
+    return _Plan(
+        batch_tokens=batch_tokens,
+        total_steps=total_steps,
+        micro_steps=rank_sequences // micro,
+        rank_sequences=rank_sequences,
+        lrs=tuple(lrs),
+    )
+
+
+def train(
+    cfg: RunConfig,
+    *,
+    resume: bool = True,
+    stop_after_steps: int | None = None,
+    start_from: Path | None = None,
+    extra_tags: dict[str, str] | None = None,
+) -> RunResult:
+    """Train one run.
+
+    Args:
+        cfg: the resolved run config.
+        resume: continue from `out_dir/latest.pt` when it exists (a finished run returns at once).
+        stop_after_steps: stop (with a checkpoint) after this many steps in total, as if
+            interrupted; used by tests and by WSD trunks that end at their last fork.
+        start_from: a WSD fork checkpoint to branch from (a new run; its lineage goes in tags).
+        extra_tags: tags added to the run (e.g. trunk run id and fork step of a branch).
+    """
+    if cfg.train.num_threads > 0:
+        torch.set_num_threads(cfg.train.num_threads)
+    rank, world_size = world()
+    plan = plan_run(cfg, world_size)
+    out_dir = Path(cfg.train.out_dir)
+    dataset = open_dataset(cfg.data.dataset, root=cfg.data.root)
+    _check_data(cfg, dataset)
+
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model)
+    optimizer = build_optimizer(model, cfg.optim)
+    state = _State()
+    resume_path = out_dir / LATEST
+    if resume and resume_path.exists():
+        _restore(load_checkpoint(resume_path), model, optimizer, state, keep_run=True)
+    elif start_from is not None:
+        _restore(load_checkpoint(start_from), model, optimizer, state, keep_run=False)
+
+    flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
+    tracker = _open_tracker(cfg, dataset.fingerprint, state.run_id, extra_tags, rank, out_dir)
+    state.run_id = tracker.run_id if tracker else state.run_id
+    if state.final is not None:
+        if tracker:
+            tracker.close()
+        return _result(cfg, state, out_dir, tokens_per_s=0.0, utilisation=0.0)
+
+    windows = TrainWindows(dataset, split="train", seq_len=cfg.data.seq_len, seed=cfg.train.seed)
+    evals = {
+        split: eval_windows(dataset, split, cfg.data.seq_len, cfg.data.eval_tokens)
+        for split in ("val_id", "val_ood")
+    }
+    for module in mla_modules(model):
+        module.track_max_logits = cfg.optim.qk_clip
+    model.train()
+
+    autocast = cfg.train.precision == "bf16"
+    peak = matmul_peak_flops(torch.bfloat16 if autocast else torch.float32)
+    busy_s, busy_tokens = 0.0, 0
+    status = schema.STATUS_FINISHED
+    last_step = (
+        plan.total_steps if stop_after_steps is None else min(stop_after_steps, plan.total_steps)
+    )
+    progress = _progress_bar(plan.total_steps, state.step, rank)
+    for step in range(state.step, last_step):
+        started = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = plan.lrs[step]
+        loss, step_metrics = _train_step(cfg, plan, model, optimizer, windows, step, rank, autocast)
+        elapsed = time.perf_counter() - started
+        busy_s += elapsed
+        busy_tokens += plan.batch_tokens
+        if _diverged(loss, state.first_loss, cfg.train.divergence_factor):
+            status = schema.STATUS_DIVERGED
+            break
+        state.first_loss = loss if state.first_loss is None else state.first_loss
+        state.losses.append(loss)
+        state.step = step + 1
+        tokens = state.step * plan.batch_tokens
+        metrics = {
+            schema.METRIC_TRAIN_LOSS: loss,
+            schema.METRIC_LR: plan.lrs[step],
+            schema.METRIC_TOKENS: float(tokens),
+            schema.METRIC_FLOPS: float(tokens * flops_per_token),
+            schema.METRIC_TOKENS_PER_S: plan.batch_tokens / elapsed,
+            schema.METRIC_MFU: mfu(flops_per_token, plan.batch_tokens / elapsed, peak),
+            **step_metrics,
+        }
+        if (
+            _crosses(tokens, plan.batch_tokens, cfg.train.eval_interval_tokens)
+            and state.step < plan.total_steps
+        ):
+            state.last_eval = _evaluate(model, evals, cfg, autocast)
+            metrics.update(state.last_eval)
+        if tracker:
+            tracker.log_metrics(state.step, metrics)
+            if state.step % cfg.train.log_interval_steps == 0:
+                tracker.flush()
+        _save_periodic(cfg, plan, model, optimizer, state, out_dir, tokens, rank)
+        if progress:
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss:.3f}")
+    if progress:
+        progress.close()
+
+    tokens_per_s = busy_tokens / busy_s if busy_s > 0 else 0.0
+    utilisation = mfu(flops_per_token, tokens_per_s, peak)
+    if state.step < plan.total_steps and status == schema.STATUS_FINISHED:
+        # Stopped early on purpose: the checkpoint is the resume point; the run stays open.
+        _save(out_dir / LATEST, model, optimizer, state, rank)
+        if tracker:
+            tracker.close()
+        return _result(cfg, state, out_dir, tokens_per_s, utilisation, status="stopped")
+
+    # A diverged model's weights are garbage: it ends with its last good evaluation.
+    final = (
+        _evaluate(model, evals, cfg, autocast)
+        if status == schema.STATUS_FINISHED
+        else _last_good(state)
+    )
+    state.final = {
+        "status": status,
+        schema.FINAL_PREFIX + "train_loss": state.losses[-1] if state.losses else math.nan,
+        schema.FINAL_PREFIX + "val_id_loss": final[schema.METRIC_VAL_ID_LOSS],
+        schema.FINAL_PREFIX + "val_ood_loss": final[schema.METRIC_VAL_OOD_LOSS],
+        schema.FINAL_PREFIX + "tokens": float(state.step * plan.batch_tokens),
+        schema.FINAL_PREFIX + "tokens_per_s": tokens_per_s,
+        schema.FINAL_PREFIX + "mfu": utilisation,
+    }
+    if tracker:
+        tracker.log_metrics(
+            state.step, {**final, **{k: v for k, v in state.final.items() if k != "status"}}
+        )
+        tracker.finish(status)
+    _save(out_dir / LATEST, model, optimizer, state, rank)
+    return _result(cfg, state, out_dir, tokens_per_s, utilisation)
+
+
+def _train_step(
+    cfg: RunConfig,
+    plan: _Plan,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    windows: TrainWindows,
+    step: int,
+    rank: int,
+    autocast: bool,
+) -> tuple[float, dict[str, float]]:
+    """One optimizer step over the global batch; returns the batch's mean main-head loss."""
+    first_window = step * cfg.train.batch_size + rank * plan.rank_sequences
+    batch = torch.from_numpy(windows.batch(first_window, plan.rank_sequences).astype(np.int64))
+    optimizer.zero_grad(set_to_none=True)
+    ce_total = 0.0
+    for micro in batch.chunk(plan.micro_steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = model(micro[:, :-1], targets=micro[:, 1:])
+        (out.loss / plan.micro_steps).backward()
+        ce_total += float(out.ce_loss.detach()) / plan.micro_steps
+    average_gradients(model)
+    metrics: dict[str, float] = {}
+    if cfg.optim.grad_clip > 0:
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        metrics["grad_norm"] = float(grad_norm)
+    optimizer.step()
+    metrics.update(_numeric(update_balancing(model)))
+    if cfg.optim.qk_clip:
+        metrics.update(_numeric(qk_clip(model, cfg.optim.qk_clip_tau)))
+    return mean_over_ranks(ce_total), metrics
+
+
+def _last_good(state: _State) -> dict[str, float]:
+    nan = {schema.METRIC_VAL_ID_LOSS: math.nan, schema.METRIC_VAL_OOD_LOSS: math.nan}
+    return {**nan, **state.last_eval}
+
+
+def _numeric(stats: dict[str, Any] | None) -> dict[str, float]:
+    return {k: float(v) for k, v in (stats or {}).items() if isinstance(v, int | float)}
+
+
+def _diverged(loss: float, first_loss: float | None, factor: float) -> bool:
+    if not math.isfinite(loss):
+        return True
+    return first_loss is not None and loss > factor * first_loss
+
+
+def _crosses(tokens: int, batch_tokens: int, interval: int) -> bool:
+    """True when this step's tokens crossed a multiple of `interval` (0 = never)."""
+    return interval > 0 and tokens // interval > (tokens - batch_tokens) // interval
+
+
+def _evaluate(
+    model: nn.Module, evals: dict[str, np.ndarray], cfg: RunConfig, autocast: bool
+) -> dict[str, float]:
+    micro = cfg.train.micro_batch_size
+    return {
+        schema.METRIC_VAL_ID_LOSS: mean_loss(model, evals["val_id"], micro, autocast),
+        schema.METRIC_VAL_OOD_LOSS: mean_loss(model, evals["val_ood"], micro, autocast),
+    }
+
+
+def _save_periodic(
+    cfg, plan, model, optimizer, state, out_dir: Path, tokens: int, rank: int
+) -> None:
+    if tokens in cfg.train.fork_tokens:
+        _save(out_dir / fork_name(tokens), model, optimizer, state, rank)
+    if _crosses(tokens, plan.batch_tokens, cfg.train.checkpoint_interval_tokens):
+        _save(out_dir / LATEST, model, optimizer, state, rank)
+
+
+def _save(path: Path, model, optimizer, state: _State, rank: int) -> None:
+    if rank != 0:
+        return
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": state.step,
+            "losses": list(state.losses),
+            "first_loss": state.first_loss,
+            "run_id": state.run_id,
+            "final": state.final,
+            "last_eval": state.last_eval,
+            "rng": torch.get_rng_state(),
+        },
+    )
+
+
+def _restore(payload: dict[str, Any], model, optimizer, state: _State, keep_run: bool) -> None:
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    torch.set_rng_state(payload["rng"])
+    state.step = int(payload["step"])
+    state.losses = [float(x) for x in payload["losses"]]
+    state.first_loss = payload["first_loss"]
+    if keep_run:
+        state.run_id = payload["run_id"]
+        state.final = payload["final"]
+    state.last_eval = dict(payload.get("last_eval") or {})
+
+
+def _check_data(cfg: RunConfig, dataset) -> None:
+    if cfg.data.fingerprint is not None and cfg.data.fingerprint != dataset.fingerprint:
+        raise K3ScaleError(
+            f"data fingerprint {dataset.fingerprint} does not match data.fingerprint="
+            f"{cfg.data.fingerprint}: re-run `k3scale data prepare` or update the config"
+        )
+    if dataset.vocab_size > cfg.model.vocab_size:
+        raise K3ScaleError(
+            f"the dataset's vocabulary ({dataset.vocab_size}) is larger than "
+            f"model.vocab_size ({cfg.model.vocab_size})"
+        )
+
+
+def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
+    if rank != 0:
+        return None
+    hash_ = config_hash(cfg)
+    tags = {
+        schema.TAG_CONFIG_HASH: hash_,
+        schema.TAG_DATA_FINGERPRINT: fingerprint,
+        schema.TAG_ARCH: cfg.model.family,
+        schema.TAG_BUDGET_TOKENS: str(cfg.train.budget_tokens),
+        schema.TAG_SCHEDULE: cfg.schedule.kind,
+        schema.TAG_BACKEND: cfg.model.backend,
+        **provenance(),
+        **dict(cfg.track.tags),
+        **(extra_tags or {}),
+    }
+    params = {**flatten(cfg), **_derived_params(cfg)}
+    tracker = RunTracker(
+        cfg.track.tracking_uri,
+        cfg.track.experiment,
+        cfg.track.run_name,
+        tags,
+        params,
+        out_dir,
+        run_id=run_id,
+    )
+    if run_id is None:
+        tracker.log_artifact_json("config.json", to_dict(cfg))
+    return tracker
+
+
+def _derived_params(cfg: RunConfig) -> dict[str, int]:
+    return {
+        schema.PARAM_N_TOTAL: accounting.num_params_total(cfg.model),
+        schema.PARAM_N_ACTIVE: accounting.num_params_active(cfg.model),
+        schema.PARAM_FLOPS_PER_TOKEN_6N: accounting.flops_per_token_6n(cfg.model),
+        schema.PARAM_FLOPS_PER_TOKEN_ATTN: accounting.flops_per_token(cfg.model, cfg.data.seq_len),
+        schema.PARAM_BATCH_TOKENS: cfg.train.batch_size * cfg.data.seq_len,
+    }
+
+
+def _progress_bar(total: int, done: int, rank: int):
+    if rank != 0 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="step", dynamic_ncols=True)
+
+
+def _result(
+    cfg, state: _State, out_dir: Path, tokens_per_s: float, utilisation: float, status=None
+) -> RunResult:
+    final = state.final or {}
+    batch_tokens = cfg.train.batch_size * cfg.data.seq_len
+    return RunResult(
+        status=status or final.get("status", schema.STATUS_FINISHED),
+        run_id=state.run_id or "",
+        config_hash=config_hash(cfg),
+        steps=state.step,
+        tokens=state.step * batch_tokens,
+        final_train_loss=final.get(schema.FINAL_PREFIX + "train_loss", math.nan),
+        final_val_id_loss=final.get(schema.FINAL_PREFIX + "val_id_loss", math.nan),
+        final_val_ood_loss=final.get(schema.FINAL_PREFIX + "val_ood_loss", math.nan),
+        losses=tuple(state.losses),
+        tokens_per_s=tokens_per_s,
+        mfu=utilisation,
+        out_dir=str(out_dir),
+    )

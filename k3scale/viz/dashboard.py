@@ -1,0 +1,154 @@
+"""Dashboard layouts: which panels, in what order, for a study.
+
+A layout is a Python file in `dashboards/` (e.g. `dashboards/cosine_vs_wsd.py`) that defines
+`TITLE: str` and `panels(inputs: DashboardInputs, page: PanelList) -> None`, adding panels with
+`page.add(builder, *args)`. A builder that finds the data cannot support its figure raises
+K3ScaleError; `PanelList.add` records that as a skipped-panel note shown in the page header
+instead of failing the whole page. `generic_panels` is the layout used when a study has none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from k3scale.errors import K3ScaleError
+from k3scale.viz import curves, frontier, hp, landscape, overview, schedules, surface
+from k3scale.viz.fits import DashboardFits
+from k3scale.viz.panel import Panel
+from k3scale.viz.summaries import representative_cells, require_columns
+
+DEFAULT_METRIC = "final_val_ood_loss"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardInputs:
+    runs: pl.DataFrame
+    """Run table (INTERFACES.md section 9)."""
+    curves: pl.DataFrame
+    """Curve table (`run_id, step, tokens, metric, value`)."""
+    fits: DashboardFits
+    """Fit results (empty when no fit file was given)."""
+    metric: str = DEFAULT_METRIC
+    """Run-table column every figure treats as the objective."""
+
+    def groups(self) -> list[tuple[str, str]]:
+        """(arch, schedule) pairs present, sorted."""
+        return sorted(self.runs.select("arch", "schedule").unique().rows())
+
+    def archs(self) -> list[str]:
+        return sorted(self.runs["arch"].unique().to_list())
+
+    def schedules(self) -> list[str]:
+        return sorted(self.runs["schedule"].unique().to_list())
+
+
+@dataclass
+class PanelList:
+    """Panels in page order, and notes on panels the data could not support."""
+
+    panels: list[Panel] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def add(self, builder: Callable[..., Panel], *args, **kwargs) -> None:
+        try:
+            self.panels.append(builder(*args, **kwargs))
+        except K3ScaleError as exc:
+            self.skipped.append(str(exc).removeprefix("dashboard: "))
+
+
+def add_curves_and_landscapes(inputs: DashboardInputs, page: PanelList) -> None:
+    """Curves of each (arch, schedule)'s largest cell, then every (arch, schedule) landscape."""
+    for cell in representative_cells(inputs.runs):
+        page.add(curves.training_curves_panel, inputs.runs, inputs.curves, cell, inputs.metric)
+    for arch, schedule in inputs.groups():
+        page.add(landscape.lr_batch_landscape_panel, inputs.runs, arch, schedule, inputs.metric)
+
+
+def add_surfaces(inputs: DashboardInputs, page: PanelList) -> None:
+    for arch, schedule in inputs.groups():
+        page.add(surface.surface_panel, inputs.runs, inputs.fits, arch, schedule, inputs.metric)
+
+
+def generic_panels(inputs: DashboardInputs, page: PanelList) -> None:
+    """Every figure the data supports: overview, frontiers, comparisons, HP, curves, surfaces."""
+    page.add(overview.overview_panel, inputs.runs)
+    for compute in ("c_6n", "c_attn"):
+        page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, compute)
+    for fit in inputs.fits.multipliers:
+        page.add(frontier.multiplier_panel, fit)
+    if {"cosine", "wsd"} <= set(inputs.schedules()):
+        for arch in inputs.archs():
+            page.add(schedules.schedule_comparison_panel, inputs.runs, arch, inputs.metric)
+    page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
+    add_curves_and_landscapes(inputs, page)
+    add_surfaces(inputs, page)
+
+
+@dataclass(frozen=True)
+class Layout:
+    title: str
+    build: Callable[[DashboardInputs, PanelList], None]
+    source: str
+    """File the layout came from, or 'generic'."""
+
+
+GENERIC = Layout("k3scale study dashboard", generic_panels, "generic")
+
+
+def layout_dirs() -> list[Path]:
+    """Where layouts live: ./dashboards, then the checkout's dashboards/ (editable install)."""
+    return [Path.cwd() / "dashboards", Path(__file__).resolve().parents[2] / "dashboards"]
+
+
+def load_layout(name_or_path: str | None, study: str) -> Layout:
+    """A layout by file path, by name in `layout_dirs()`, or the study's own, else GENERIC.
+
+    Args:
+        name_or_path: explicit layout ("k2_vs_k3" or "path/to/layout.py"); None = the study's.
+        study: study name (the runs' `study` column), used when `name_or_path` is None.
+    """
+    if name_or_path and name_or_path.endswith(".py"):
+        return _import_layout(Path(name_or_path))
+    name = name_or_path or study
+    for folder in layout_dirs():
+        if (folder / f"{name}.py").is_file():
+            return _import_layout(folder / f"{name}.py")
+    if name_or_path:
+        where = ", ".join(str(d) for d in layout_dirs())
+        raise K3ScaleError(f"dashboard: no layout {name_or_path!r} (looked in {where})")
+    return GENERIC
+
+
+def _import_layout(path: Path) -> Layout:
+    if not path.is_file():
+        raise K3ScaleError(f"dashboard: layout file {path} does not exist")
+    spec = importlib.util.spec_from_file_location(f"k3scale_layout_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise K3ScaleError(
+            f"dashboard: layout {path} cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(getattr(module, "panels", None)) or not isinstance(
+        getattr(module, "TITLE", None), str
+    ):
+        raise K3ScaleError(f"dashboard: layout {path} must define TITLE and panels(inputs, page)")
+    return Layout(module.TITLE, module.panels, str(path))
+
+
+def build_panels(layout: Layout, inputs: DashboardInputs) -> PanelList:
+    """Run the layout over the inputs; raises if no panel at all could be built."""
+    require_columns(inputs.runs, (inputs.metric,), "the run table")
+    page = PanelList()
+    layout.build(inputs, page)
+    if not page.panels:
+        raise K3ScaleError(
+            "dashboard: no figure could be built: " + ("; ".join(page.skipped) or "empty layout")
+        )
+    return page

@@ -1,0 +1,225 @@
+"""Per-cell summaries of a run table (polars): tuned optima with edge flags, seed intervals, counts.
+
+These are aggregations, not fits: the best finished tuned trial of each cell, the spread of the
+seed re-runs at that point, and what the study spent. Fitted quantities come from `k3scale fit`.
+Run-table columns are those of INTERFACES.md section 9; arms are `tuned`, `seed` and `shared`
+(k3scale/sweep/sources.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+from scipy.special import stdtrit
+
+from k3scale.errors import K3ScaleError
+
+CELL_COLUMNS = ("cell", "arch", "schedule", "size", "budget_tokens")
+REQUIRED_RUN_COLUMNS = (
+    "run_id",
+    "status",
+    "arm",
+    *CELL_COLUMNS,
+    "lr",
+    "batch_size",
+    "batch_tokens",
+    "n_active",
+    "tokens",
+    "c_6n",
+    "c_attn",
+)
+TUNED, SEED, SHARED = "tuned", "seed", "shared"
+# 95% intervals, the level every fit in k3scale/scaling reports (bootstrap.DEFAULT_LEVEL).
+LEVEL = 0.95
+
+
+def require_columns(table: pl.DataFrame, columns, what: str) -> None:
+    """Raise K3ScaleError naming every missing column of `table`."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise K3ScaleError(
+            f"dashboard: {what} lacks column(s) {', '.join(missing)}; "
+            "re-export it with `k3scale export` (INTERFACES.md section 9)"
+        )
+
+
+def finished_with(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """Finished runs whose `metric` is a finite number."""
+    require_columns(runs, (*REQUIRED_RUN_COLUMNS, metric), "the run table")
+    return runs.filter(
+        (pl.col("status") == "finished") & pl.col(metric).is_not_null() & pl.col(metric).is_finite()
+    )
+
+
+def _edge(best: float, low: float, high: float) -> str | None:
+    if low == high:
+        return None
+    if best <= low:
+        return "low"
+    return "high" if best >= high else None
+
+
+def cell_optima(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """Best finished tuned trial per cell, with edge-of-range flags.
+
+    An optimum is flagged `low`/`high` when its LR (or batch) equals the smallest/largest value
+    tried in the cell by any tuned trial, diverged ones included: the true optimum may then lie
+    outside the searched range.
+
+    Returns:
+        One row per cell: CELL_COLUMNS, `n_active`, `tokens`, `c_6n`, `c_attn`, `lr`,
+        `batch_size`, `batch_tokens`, `loss` (the metric), `run_id`, `num_tuned` (tuned runs
+        in the cell, any status), `lr_edge`, `batch_edge` (None, "low" or "high").
+    """
+    tuned = runs.filter(pl.col("arm") == TUNED)
+    ranges = tuned.group_by("cell").agg(
+        pl.len().alias("num_tuned"),
+        pl.col("lr").min().alias("lr_low"),
+        pl.col("lr").max().alias("lr_high"),
+        pl.col("batch_size").min().alias("batch_low"),
+        pl.col("batch_size").max().alias("batch_high"),
+    )
+    best = (
+        finished_with(tuned, metric)
+        .sort(metric, "run_id")
+        .group_by("cell", maintain_order=True)
+        .first()
+        .join(ranges, on="cell")
+    )
+    rows = []
+    for row in best.iter_rows(named=True):
+        rows.append(
+            {
+                **{c: row[c] for c in CELL_COLUMNS},
+                **{c: row[c] for c in ("n_active", "tokens", "c_6n", "c_attn", "run_id")},
+                **{c: row[c] for c in ("lr", "batch_size", "batch_tokens", "num_tuned")},
+                "loss": row[metric],
+                "lr_edge": _edge(row["lr"], row["lr_low"], row["lr_high"]),
+                "batch_edge": _edge(row["batch_size"], row["batch_low"], row["batch_high"]),
+            }
+        )
+    schema_hint = {"lr_edge": pl.String, "batch_edge": pl.String}
+    return pl.DataFrame(rows, schema_overrides=schema_hint, infer_schema_length=None).sort(
+        "arch", "schedule", "n_active", "budget_tokens"
+    )
+
+
+def mean_interval(values: list[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, lo, hi): Student-t interval of the mean; lo = hi = NaN with fewer than 2 values."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def difference_interval(
+    a: list[float], b: list[float], level: float = LEVEL
+) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), lo, hi): Welch t-interval; NaN bounds when either has one value."""
+    diff = sum(a) / len(a) - sum(b) / len(b)
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    va = sum((v - sum(a) / len(a)) ** 2 for v in a) / (len(a) - 1) / len(a)
+    vb = sum((v - sum(b) / len(b)) ** 2 for v in b) / (len(b) - 1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return diff, diff, diff
+    # Welch-Satterthwaite degrees of freedom.
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(stdtrit(dof, 0.5 + level / 2)) * se
+    return diff, diff - half, diff + half
+
+
+def best_point_losses(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """Loss at each cell's tuned optimum over seeds: the best tuned run plus its seed re-runs.
+
+    Returns:
+        One row per cell: CELL_COLUMNS, `n_active`, `c_6n`, `lr`, `batch_size`, `mean`, `lo`,
+        `hi` (95% t-interval of the mean, NaN with one seed), `num_seeds` and `values`.
+    """
+    optima = cell_optima(runs, metric)
+    seeds = finished_with(runs, metric).filter(pl.col("arm") == SEED)
+    rows = []
+    for opt in optima.iter_rows(named=True):
+        extra = seeds.filter(
+            (pl.col("cell") == opt["cell"])
+            & (pl.col("lr") == opt["lr"])
+            & (pl.col("batch_size") == opt["batch_size"])
+        )
+        values = [opt["loss"], *extra[metric].to_list()]
+        mean, lo, hi = mean_interval(values)
+        rows.append(
+            {
+                **{c: opt[c] for c in (*CELL_COLUMNS, "n_active", "c_6n", "lr", "batch_size")},
+                "mean": mean,
+                "lo": lo,
+                "hi": hi,
+                "num_seeds": len(values),
+                "values": values,
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def shared_losses(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """Shared-arm runs (a schedule run at the baseline schedule's optimum), one row per cell.
+
+    Returns:
+        CELL_COLUMNS, `lr`, `batch_size`, `mean`, `lo`, `hi`, `num_seeds`, `values` (as
+        `best_point_losses`).
+    """
+    shared = finished_with(runs, metric).filter(pl.col("arm") == SHARED)
+    rows = []
+    for _, group in shared.group_by("cell", maintain_order=True):
+        first = group.row(0, named=True)
+        mean, lo, hi = mean_interval(group[metric].to_list())
+        rows.append(
+            {
+                **{c: first[c] for c in (*CELL_COLUMNS, "lr", "batch_size")},
+                "mean": mean,
+                "lo": lo,
+                "hi": hi,
+                "num_seeds": group.height,
+                "values": group[metric].to_list(),
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def status_counts(runs: pl.DataFrame) -> pl.DataFrame:
+    """Per cell: runs by status and compute spent (sum of c_6n over every run, FLOPs)."""
+    require_columns(runs, REQUIRED_RUN_COLUMNS, "the run table")
+    return (
+        runs.group_by(CELL_COLUMNS)
+        .agg(
+            pl.len().alias("num_runs"),
+            (pl.col("status") == "finished").sum().alias("finished"),
+            (pl.col("status") == "diverged").sum().alias("diverged"),
+            (pl.col("status") == "failed").sum().alias("failed"),
+            pl.col("c_6n").fill_null(0.0).sum().alias("compute"),
+            pl.col("n_active").first(),
+        )
+        .sort("arch", "schedule", "n_active", "budget_tokens")
+    )
+
+
+def representative_cells(runs: pl.DataFrame) -> list[str]:
+    """The largest (size, budget) cell of each (arch, schedule): where tuning matters most."""
+    require_columns(runs, REQUIRED_RUN_COLUMNS, "the run table")
+    ordered = (
+        runs.select(*CELL_COLUMNS, "n_active")
+        .unique()
+        .sort("arch", "schedule", "n_active", "budget_tokens")
+    )
+    last = ordered.group_by("arch", "schedule", maintain_order=True).last()
+    return last["cell"].to_list()
+
+
+def cell_label(size: str, budget_tokens: int) -> str:
+    """'k3-t2, D=2.6e5' for axes and legends."""
+    mantissa, exponent = f"{budget_tokens:.1e}".split("e")
+    return f"{size}, D={mantissa}e{int(exponent)}"

@@ -1,0 +1,115 @@
+"""Colours, axis titles with units and the common layout of every dashboard figure.
+
+One colour per architecture and one dash/symbol per schedule, so a reader can match traces
+across figures. Axis titles always carry units (style.md: units on every axis).
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+ARCH_COLOURS = {"k2": "#1f77b4", "k3": "#d62728"}
+SCHEDULE_COLOURS = {"cosine": "#2ca02c", "wsd": "#9467bd"}
+SCHEDULE_DASH = {"cosine": "solid", "wsd": "dash"}
+SCHEDULE_SYMBOL = {"cosine": "circle", "wsd": "diamond"}
+STATUS_COLOURS = {"finished": "#2ca02c", "diverged": "#ff7f0e", "failed": "#7f7f7f"}
+FALLBACK_COLOUR = "#444444"
+
+METRIC_LABELS = {
+    "final_val_ood_loss": "final val OOD loss",
+    "final_val_id_loss": "final val ID loss",
+    "final_train_loss": "final train loss",
+    "train/loss": "train loss",
+    "val/id_loss": "val ID loss",
+    "val/ood_loss": "val OOD loss",
+}
+COMPUTE_LABELS = {
+    "c_6n": "training compute C = 6·N_active·D (FLOPs)",
+    "c_attn": "training compute C = (6·N_active + attention)·D (FLOPs)",
+}
+LOSS_UNIT = "nats/token"
+LR_TITLE = "peak learning rate (per step, dimensionless)"
+BATCH_TITLE = "batch size (sequences/step)"
+BATCH_TOKENS_TITLE = "batch size (tokens/step)"
+TOKENS_TITLE = "tokens trained D (tokens)"
+PARAMS_TITLE = "active parameters N (parameters)"
+FIGURE_HEIGHT = 420
+GRID_COLOUR = "#e5ecf6"
+# A small white template: plotly's "plotly_white" is deep-copied into every figure it styles,
+# which costs ~0.1 s per figure; this carries only what the dashboards need.
+_AXIS = {"gridcolor": GRID_COLOUR, "linecolor": GRID_COLOUR, "zerolinecolor": GRID_COLOUR}
+TEMPLATE = {
+    "layout": {
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"color": "#2a3f5f"},
+        "xaxis": {**_AXIS, "automargin": True},
+        "yaxis": {**_AXIS, "automargin": True},
+        "hovermode": "closest",
+    }
+}
+
+
+def loss_title(metric: str) -> str:
+    """'final val OOD loss (nats/token)' for a metric or run-table column."""
+    return f"{METRIC_LABELS.get(metric, metric)} ({LOSS_UNIT})"
+
+
+def compute_title(compute_key: str) -> str:
+    return COMPUTE_LABELS.get(compute_key, f"{compute_key} (FLOPs)")
+
+
+def group_colour(arch: str, schedule: str, by: str) -> str:
+    """Colour of an (arch, schedule) group: by arch or by schedule, whichever the figure varies."""
+    table = ARCH_COLOURS if by == "arch" else SCHEDULE_COLOURS
+    return table.get(arch if by == "arch" else schedule, FALLBACK_COLOUR)
+
+
+def base_layout(fig: go.Figure, title: str, height: int = FIGURE_HEIGHT) -> go.Figure:
+    """Title, white template, legend on the right, fixed height; returns `fig`."""
+    fig.update_layout(
+        title={"text": title, "x": 0.01},
+        template=TEMPLATE,
+        height=height,
+        margin={"l": 70, "r": 20, "t": 60, "b": 60},
+        legend={"font": {"size": 11}},
+    )
+    return fig
+
+
+def fmt_sci(value: float, digits: int = 2) -> str:
+    """3.1e+17 -> '3.1e17'; NaN -> 'n/a'."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def fmt_num(value: float, digits: int = 3) -> str:
+    """Compact number with `digits` significant digits; NaN -> 'n/a'."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.{digits}g}"
+
+
+def fmt_interval(lo: float, hi: float, digits: int = 3) -> str:
+    return f"[{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
+
+
+def group_style(arch: str, schedule: str, multi_arch: bool) -> dict[str, str]:
+    """Colour by arch when several archs share the figure, else by schedule; dash by schedule."""
+    colour = ARCH_COLOURS.get(arch) if multi_arch else SCHEDULE_COLOURS.get(schedule)
+    return {
+        "colour": colour or FALLBACK_COLOUR,
+        "dash": SCHEDULE_DASH.get(schedule, "dot"),
+        "symbol": SCHEDULE_SYMBOL.get(schedule, "square"),
+        "name": f"{arch} {schedule}",
+    }
+
+
+def band_fill(colour: str, alpha: float = 0.18) -> str:
+    """'#rrggbb' -> 'rgba(r,g,b,alpha)' for a confidence band."""
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

@@ -1,0 +1,1 @@
+"""Search spaces and size ladders shared by the studies in experiments/."""

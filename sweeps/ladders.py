@@ -1,0 +1,12 @@
+"""Which ladder rungs each preset uses (rung names from k3scale.models.presets)."""
+
+SMOKE = ("t0",)
+DEMO = ("t1", "t2", "t3")
+CPU = ("t1", "t2", "t3", "t4")
+GPU = ("t5", "t6", "t7", "t8")
+CLUSTER = ("t6", "t7", "t8", "t9", "t10")
+
+
+def rungs(family: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Preset names of `family` ("k2" or "k3") for the given rungs."""
+    return tuple(f"{family}-{name}" for name in names)

@@ -1,0 +1,36 @@
+"""Fixtures shared by every test package.
+
+`mlflow_server` is one real lean MLflow server (SQLite in a temp folder) for the whole session:
+starting one takes seconds, so tests share it and isolate themselves by experiment name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config) -> None:
+    from k3scale.cli import set_entry_environment
+
+    # The same environment as every entry point: no telemetry, Ray auth off (platform.md 9).
+    set_entry_environment()
+
+
+@pytest.fixture(scope="session")
+def mlflow_local_server(tmp_path_factory):
+    """The session's `LocalServer` (`.url`, `.pid`, `.log_path`); stopped by pid at the end."""
+    from k3scale.track.server import start_local_server
+
+    root = tmp_path_factory.mktemp("mlflow")
+    # Generous timeout: on a busy 2-core test machine a server can take 20+ s to start.
+    server = start_local_server(
+        root / "mlflow.db", root / "artifacts", log_path=root / "server.log", timeout_s=120
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(mlflow_local_server) -> str:
+    """Tracking URI (http://127.0.0.1:PORT) of the session's real local MLflow server."""
+    return mlflow_local_server.url

@@ -1,0 +1,177 @@
+"""MoE layer (architecture.md 5.4): router semantics, bias buffer, end-to-end reference,
+Stable LatentMoE scale invariance and reduction to a standard MoE, shared experts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from k3scale.models.config import MoEConfig
+from k3scale.models.ffn import GLUFeedForward
+from k3scale.models.moe import MoE, glu_activation
+from k3scale.ops.moe import routed_experts_naive
+from k3scale.ops.situ import swiglu
+
+D_MODEL = 32
+
+
+def rel_rms(actual, expected):
+    actual, expected = actual.detach().double(), expected.detach().double()
+    return float((actual - expected).pow(2).mean().sqrt() / expected.pow(2).mean().sqrt())
+
+
+def make_moe(seed=0, activation="swiglu", **fields):
+    base = {"num_experts": 8, "top_k": 2, "d_expert": 12, "num_shared": 1, "routed_scale": 2.827}
+    torch.manual_seed(seed)
+    cfg = MoEConfig(**{**base, **fields})
+    # Router std 0.3 (not 0.02) so the scores are well separated in the tests.
+    return MoE(D_MODEL, cfg, activation, 4.0, 25.0, 0.3, 1e-5)
+
+
+def tokens(num=63, seed=1):
+    return torch.randn(1, num, D_MODEL, generator=torch.Generator().manual_seed(seed))
+
+
+def test_selection_uses_bias_weights_use_scores_only():
+    moe = make_moe()
+    x = tokens()[0]
+    scores = torch.sigmoid(x @ moe.router.weight.T)
+    moe.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 5.0]))
+    routing = moe.route(x)
+    # A large bias forces experts 3 and 7 into every selection ...
+    assert torch.equal(routing.expert_idx.sort(-1).values, torch.tensor([[3, 7]]).expand(63, 2))
+    # ... but the weights are the unbiased scores renormalised over the selection, times rho.
+    chosen = scores[:, [3, 7]]
+    expected = 2.827 * chosen / chosen.sum(-1, keepdim=True)
+    got = routing.weights.gather(-1, routing.expert_idx.argsort(-1))
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert torch.allclose(routing.weights.sum(-1), torch.full((63,), 2.827))
+
+
+def test_router_logits_are_fp32_for_bf16_input():
+    moe = make_moe().to(torch.bfloat16)
+    assert moe.bias.dtype == torch.float32  # survives module-wide casts
+    assert moe.w_gate.dtype == torch.bfloat16
+    routing = moe.route(tokens()[0].to(torch.bfloat16))
+    assert routing.scores.dtype == torch.float32
+    assert routing.weights.dtype == torch.float32
+
+
+def test_bias_is_a_persistent_buffer_without_gradient():
+    moe = make_moe()
+    assert "bias" in moe.state_dict()
+    assert "bias" not in dict(moe.named_parameters())
+    assert moe.bias.dtype == torch.float32 and not moe.bias.requires_grad
+    moe.train()
+    moe(tokens()).square().sum().backward()
+    assert moe.bias.grad is None
+    assert moe.router.weight.grad is not None and moe.router.weight.grad.abs().sum() > 0
+    # Step statistics are transient: not saved in checkpoints.
+    assert "step_loads" not in moe.state_dict()
+
+
+@pytest.mark.parametrize("latent", [None, 16])
+def test_forward_matches_reference_composition(latent):
+    moe = make_moe(d_latent=latent, activation="situ" if latent else "swiglu")
+    x = tokens()
+    flat = x[0]
+    scores = torch.sigmoid(flat @ moe.router.weight.T)
+    selection = torch.topk(scores + moe.bias, 2).indices
+    chosen = scores.gather(-1, selection)
+    weights = moe.cfg.routed_scale * chosen / chosen.sum(-1, keepdim=True)
+    routed_in = flat if latent is None else flat @ moe.latent_down.weight.T
+    routed = routed_experts_naive(
+        routed_in, selection, weights, moe.w_gate, moe.w_up, moe.w_down, moe.activation
+    )
+    if latent is not None:
+        routed = moe.latent_norm(routed) @ moe.latent_up.weight.T
+    expected = routed + moe.shared(flat)
+    assert rel_rms(moe(x)[0], expected) < 1e-5
+
+
+def test_latent_norm_makes_routed_scale_inert():
+    a = make_moe(d_latent=16, routed_scale=1.0, activation="situ")
+    b = make_moe(d_latent=16, routed_scale=3.7, activation="situ")
+    b.load_state_dict(a.state_dict())
+    x = tokens()
+    assert rel_rms(b(x), a(x)) < 1e-4
+    a_off = make_moe(d_latent=16, routed_scale=1.0, latent_norm=False, activation="situ")
+    b_off = make_moe(d_latent=16, routed_scale=3.7, latent_norm=False, activation="situ")
+    b_off.load_state_dict(a_off.state_dict())
+    assert rel_rms(b_off(x), a_off(x)) > 0.1
+
+
+def test_identity_latent_without_norm_is_a_standard_moe():
+    standard = make_moe(routed_scale=1.0)
+    latent = make_moe(d_latent=D_MODEL, latent_norm=False, routed_scale=1.0)
+    with torch.no_grad():
+        latent.latent_down.weight.copy_(torch.eye(D_MODEL))
+        latent.latent_up.weight.copy_(torch.eye(D_MODEL))
+    state = {k: v for k, v in standard.state_dict().items()}
+    latent.load_state_dict(state, strict=False)
+    x = tokens()
+    assert rel_rms(latent(x), standard(x)) < 1e-6
+    with torch.no_grad():
+        latent.latent_up.weight.mul_(2.0)
+    assert rel_rms(latent(x), standard(x)) > 1e-2
+
+
+def test_two_shared_experts_equal_one_wide_mlp():
+    torch.manual_seed(3)
+    first, second, wide = (GLUFeedForward(D_MODEL, f, "situ", 4.0, 25.0, 0.2) for f in (12, 12, 24))
+    with torch.no_grad():
+        wide.w_gate.weight.copy_(torch.cat([first.w_gate.weight, second.w_gate.weight], 0))
+        wide.w_up.weight.copy_(torch.cat([first.w_up.weight, second.w_up.weight], 0))
+        wide.w_down.weight.copy_(torch.cat([first.w_down.weight, second.w_down.weight], 1))
+    x = tokens()
+    assert rel_rms(wide(x), first(x) + second(x)) < 1e-6
+    assert rel_rms(wide(x), 2 * first(x)) > 1e-2
+
+
+def test_moe_config_builds_shared_width():
+    moe = make_moe(num_shared=2, d_expert=12)
+    assert moe.shared.w_gate.weight.shape == (24, D_MODEL)
+    assert make_moe(num_shared=0).shared is None
+    assert moe.w_gate.shape == (8, 12, D_MODEL) and moe.w_down.shape == (8, D_MODEL, 12)
+
+
+def expected_sequence_aux(scores, selection, alpha):
+    """DeepSeek-V3 eq. per sequence, written as loops over sequences and experts."""
+    batch, seq_len, num_experts = scores.shape
+    top_k = selection.shape[-1]
+    total = 0.0
+    for b in range(batch):
+        normalised = scores[b] / scores[b].sum(-1, keepdim=True)
+        for e in range(num_experts):
+            f_e = num_experts / (top_k * seq_len) * float((selection[b] == e).any(-1).sum())
+            total += f_e * float(normalised[:, e].mean())
+    return alpha * total / batch
+
+
+def test_sequence_aux_loss():
+    moe = make_moe(seq_aux_alpha=1e-4)
+    x = torch.randn(3, 21, D_MODEL, generator=torch.Generator().manual_seed(4))
+    moe.train()
+    moe(x)
+    scores = torch.sigmoid(x @ moe.router.weight.T).detach()
+    selection = torch.topk(scores, 2).indices
+    assert abs(float(moe.aux_loss.detach()) - expected_sequence_aux(scores, selection, 1e-4)) < 1e-9
+    assert moe.aux_loss.requires_grad
+    moe.eval()
+    moe(x)
+    assert float(moe.aux_loss) == 0.0
+    off = make_moe()
+    off.train()
+    off(x)
+    assert float(off.aux_loss) == 0.0
+
+
+def test_unknown_activation_is_rejected():
+    with pytest.raises(ValueError, match="activation"):
+        MoE(D_MODEL, dataclasses.replace(make_moe().cfg), "gelu", 4.0, 25.0, 0.02, 1e-5)
+
+
+def test_swiglu_activation_is_plain_swiglu():
+    assert glu_activation("swiglu", 4.0, 25.0) is swiglu

@@ -1,0 +1,68 @@
+"""`k3scale ui`: starts the study's server, prints its URL, stops cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from k3scale.track.server import server_answers
+
+START_WAIT_S = 120
+
+
+def _read_url(process) -> str:
+    deadline = time.monotonic() + START_WAIT_S
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        found = re.search(r"tracking URI: (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no URL printed: {seen!r} / {process.stderr.read()!r}")
+
+
+def test_ui_starts_the_study_server_and_stops_on_ctrl_c(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "k3scale.cli",
+        "ui",
+        "--study-dir",
+        str(tmp_path),
+        "--port",
+        "0",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        url = _read_url(process)
+        assert server_answers(url)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and "stopped" in out
+    assert not server_answers(url), "the server outlived `k3scale ui`"
+    assert (tmp_path / "mlflow" / "mlflow.db").exists()
+
+
+def test_ui_rejects_artifacts_dir_without_backend_uri(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "k3scale.cli", "ui", "--artifacts-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--artifacts-dir goes with --backend-store-uri" in done.stderr

@@ -1,0 +1,72 @@
+"""The trainer: learning, determinism, resume, WSD branches, divergence, tracking."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from k3scale.track import schema
+from k3scale.train import train
+from k3scale.train.branching import fork_step, run_branches, trunk_config
+from tests.train.conftest import tiny_run, with_schedule
+
+
+@pytest.mark.parametrize("family", ["k2", "k3"])
+def test_loss_falls_on_the_sample(family, sample_root, tmp_path):
+    result = train(tiny_run(family, sample_root, tmp_path, budget_tokens=64 * 8 * 24))
+    assert result.status == "finished"
+    first = sum(result.losses[:3]) / 3
+    last = sum(result.losses[-3:]) / 3
+    assert last < first - 0.5, (first, last)
+    assert math.isfinite(result.final_val_id_loss) and math.isfinite(result.final_val_ood_loss)
+    assert result.tokens == 64 * 8 * 24
+
+
+def test_same_seed_same_losses_to_the_bit(sample_root, tmp_path):
+    a = train(tiny_run("k3", sample_root, tmp_path / "a"))
+    b = train(tiny_run("k3", sample_root, tmp_path / "b"))
+    assert a.losses == b.losses
+    assert a.final_val_ood_loss == b.final_val_ood_loss
+    c = train(tiny_run("k3", sample_root, tmp_path / "c", seed=1))
+    assert c.losses != a.losses
+
+
+@pytest.mark.parametrize("family", ["k2", "k3"])
+def test_resume_equals_uninterrupted(family, sample_root, tmp_path):
+    straight = train(tiny_run(family, sample_root, tmp_path / "straight"))
+    cfg = tiny_run(family, sample_root, tmp_path / "resumed")
+    stopped = train(cfg, stop_after_steps=5)
+    assert stopped.status == "stopped" and stopped.steps == 5
+    resumed = train(cfg)
+    assert resumed.losses == straight.losses
+    assert resumed.final_val_ood_loss == straight.final_val_ood_loss
+    again = train(cfg)
+    assert again.steps == resumed.steps and again.final_val_ood_loss == resumed.final_val_ood_loss
+
+
+def test_wsd_branch_equals_a_straight_wsd_run(sample_root, tmp_path):
+    base = with_schedule(tiny_run("k3", sample_root, tmp_path / "trunk"), kind="wsd", decay_fraction=0.25)
+    small, large = 64 * 8 * 8, 64 * 8 * 16
+    straight_cfg = dataclasses.replace(
+        base, train=dataclasses.replace(base.train, budget_tokens=small, out_dir=str(tmp_path / "straight"))
+    )
+    straight = train(straight_cfg)
+    trunk = trunk_config(base, [small, large])
+    # Decay starts at 6 of 8 steps; its first step (p = 0) still runs at the peak LR.
+    assert fork_step(trunk, straight_cfg) == 7
+    results = run_branches(base, [small, large], {small: str(tmp_path / "branch")})
+    branch = results[small]
+    assert branch.losses == straight.losses
+    assert branch.final_val_ood_loss == straight.final_val_ood_loss
+    assert results[large].steps == 16
+
+
+def test_a_run_made_to_diverge_is_recorded_as_diverged(sample_root, tmp_path):
+    cfg = tiny_run("k2", sample_root, tmp_path, budget_tokens=64 * 8 * 12)
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=1e3, grad_clip=0.0))
+    result = train(cfg)
+    assert result.status == schema.STATUS_DIVERGED
+    assert result.steps < 12
+    assert all(math.isfinite(x) for x in result.losses)

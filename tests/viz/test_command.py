@@ -1,0 +1,124 @@
+"""`k3scale dashboard` end to end on the committed fixture: offline page, provenance, errors."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from k3scale.cli import main
+from k3scale.errors import K3ScaleError
+from k3scale.scaling.tables import table_hash
+from k3scale.viz import export_png
+from k3scale.viz.page import PLOTLY_JS_ID
+
+DATA = Path(__file__).parent / "data"
+
+
+def page_without_plotly_js(text: str) -> str:
+    """The page minus the inline plotly.js bundle (whose source mentions URLs it never fetches)."""
+    start = text.index(f'<script id="{PLOTLY_JS_ID}">')
+    end = text.index("</script>", start)
+    return text[:start] + text[end:]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("page") / "k2_vs_k3.html"
+    args = ["dashboard", "--from", str(DATA), "--fit", str(DATA / "fit.json")]
+    assert main([*args, "--layout", "k2_vs_k3", "--out", str(out)]) == 0
+    return out.read_text(encoding="utf-8")
+
+
+def test_page_is_self_contained(page):
+    assert not re.search(r"<script[^>]+src=", page)
+    rest = page_without_plotly_js(page)
+    assert "cdn.plot.ly" not in rest
+    assert not re.search(r"https?://", rest)
+    assert page.count(f'<script id="{PLOTLY_JS_ID}">') == 1
+
+
+def test_page_has_every_figure_with_caption_and_provenance(page, runs):
+    sections = re.findall(r'<section id="([^"]+)" class="panel">', page)
+    assert sections[:2] == ["overview", "multiplier-k3-over-k2-cosine-c_6n"]
+    assert len(sections) == len(set(sections)) >= 15
+    assert page.count('<p class="caption">') == len(sections)
+    for key in sections:
+        assert f'id="fig-{key}"' in page
+    assert table_hash(runs) in page
+    assert "runs trained at 0123456789ab" in page
+    assert re.search(r"sha256 [0-9a-f]{16}", page)
+    assert html.escape("shared-exponent k = 2.84 [2.42, 3.62] (accepted") in page
+
+
+def test_js_file_mode_writes_plotly_next_to_the_page(tmp_path):
+    out = tmp_path / "page.html"
+    assert main(["dashboard", "--from", str(DATA), "--js", "file", "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert f'<script id="{PLOTLY_JS_ID}" src="plotly.min.js"></script>' in text
+    assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
+    assert "no frontier fit supplied" in text
+
+
+def _study_folder(root: Path, name: str) -> Path:
+    tables = root / name / "tables"
+    tables.mkdir(parents=True)
+    for file in ("runs.parquet", "curves.parquet"):
+        shutil.copy(DATA / file, tables / file)
+    return root / name
+
+
+def test_study_name_resolves_its_folder_and_fit(tmp_path, capsys):
+    folder = _study_folder(tmp_path / "studies", "fixture-demo")
+    shutil.copy(DATA / "fit.json", folder / "fit.json")
+    out = tmp_path / "page.html"
+    root = str(tmp_path / "studies")
+    assert main(["dashboard", "fixture", "--studies-root", root, "--out", str(out)]) == 0
+    assert str(folder / "fit.json") in out.read_text(encoding="utf-8")
+    _study_folder(tmp_path / "studies", "fixture-cpu")
+    assert main(["dashboard", "fixture", "--studies-root", root, "--out", str(out)]) == 2
+    assert "pass --preset" in capsys.readouterr().err
+    args = ["dashboard", "fixture", "--preset", "gpu", "--studies-root", root, "--out", str(out)]
+    assert main(args) == 2
+    assert "k3scale export" in capsys.readouterr().err
+
+
+def test_unsupported_figures_are_listed_not_fatal(tmp_path, capsys):
+    runs = pl.read_parquet(DATA / "runs.parquet").filter(pl.col("size").str.ends_with("t2"))
+    runs.write_parquet(tmp_path / "runs.parquet")
+    shutil.copy(DATA / "curves.parquet", tmp_path / "curves.parquet")
+    out = tmp_path / "page.html"
+    assert main(["dashboard", "--from", str(tmp_path), "--out", str(out)]) == 0
+    assert (
+        "skipped: the Chinchilla view of k3 cosine needs several sizes" in capsys.readouterr().out
+    )
+    assert "Figures the data could not support" in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--fit", "missing.json"], "does not exist"),
+        (["--layout", "no_such_layout"], "no layout 'no_such_layout'"),
+        (["--metric", "final_nonsense"], "final_nonsense"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    out = tmp_path / "page.html"
+    assert main(["dashboard", "--from", str(DATA), *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_png_without_a_browser_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    with pytest.raises(K3ScaleError, match="apt-get install chromium"):
+        export_png.find_browser()
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "nope"))
+    with pytest.raises(K3ScaleError, match="BROWSER_PATH"):
+        export_png.find_browser()

@@ -1,0 +1,123 @@
+"""Fit JSON adapter: native k3scale/scaling outputs and the dashboard's own sections."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from k3scale.errors import K3ScaleError
+from k3scale.scaling.frontier import predict_frontier
+from k3scale.viz.fits import fits_from_json
+
+
+def test_fixture_document_parses_into_every_section(fits, fit_document):
+    assert len(fits.frontiers) == 2 * len(fit_document["frontier_comparisons"]) == 6
+    assert len(fits.multipliers) == 3
+    assert len(fits.hp_laws) == 8
+    assert len(fits.surfaces) == 4
+    comp = fit_document["frontier_comparisons"][0]
+    k3 = fits.frontier("k3", comp["fixed"], comp["compute"])
+    source = comp["result"]["groups"]["k3"]
+    assert k3.params == {p: source[p] for p in ("E", "A", "alpha")}
+    assert k3.intervals["alpha"] == source["ci"]["alpha"]
+    assert k3.band.x == tuple(comp["bands"]["k3"]["x"])
+    c = np.geomspace(1e10, 1e13, 7)
+    np.testing.assert_allclose(k3.predict(c), predict_frontier(source, c), rtol=1e-14)
+
+
+def test_multiplier_band_comes_from_the_comparison_entries(fits, fit_document):
+    comp = fit_document["frontier_comparisons"][0]
+    m = next(
+        x for x in fits.multipliers if (x.fixed, x.compute) == (comp["fixed"], comp["compute"])
+    )
+    entries = sorted(comp["result"]["multiplier"], key=lambda e: e["compute"])
+    assert m.band.median == tuple(e["value"] for e in entries)
+    assert m.band.lo == tuple(e["ci"][0] for e in entries)
+    assert (m.base, m.new) == ("k2", "k3")
+    shared = comp["result"]["shared_exponent"]
+    assert m.shared_k == shared["multiplier"]
+    assert m.shared_accepted is (not shared["rejected"])
+
+
+def test_hp_law_maps_power_law_params(fits, fit_document):
+    entry = fit_document["hp_power_laws"][0]
+    law = fits.hp_law(entry["arch"], entry["schedule"], entry["target"])
+    assert (law.coef, law.exponent) == (
+        entry["fit"]["params"]["k"],
+        entry["fit"]["params"]["exp_C"],
+    )
+    c = np.array([1e11, 1e12])
+    np.testing.assert_allclose(law.predict(c), law.coef * c**law.exponent)
+
+
+def test_own_sections_parse():
+    band = {"x": [1e10, 1e11], "lo": [1.5, 1.6], "hi": [3.0, 3.5], "median": [2.0, 2.5]}
+    doc = {
+        "frontiers": [
+            {
+                "arch": "k3",
+                "schedule": "cosine",
+                "compute": "c_attn",
+                "fit": {
+                    "params": {"E": 2.0, "A": 50.0, "alpha": 0.2},
+                    "success": True,
+                    "extra": {"compute_range": [1e10, 1e12]},
+                },
+            }
+        ],
+        "multipliers": [
+            {
+                "base": "k2",
+                "new": "k3",
+                "fixed": "cosine",
+                "band": band,
+                "data_range": [1e10, 1e11],
+                "shared": {"k": 2.5, "interval": [2.1, 2.9], "accepted": True},
+            }
+        ],
+        "hp_laws": [
+            {
+                "arch": "k3",
+                "schedule": "wsd",
+                "target": "lr",
+                "fit": {"params": {"coef": 3.0, "exponent": -0.3}},
+            }
+        ],
+        "surfaces": [
+            {
+                "arch": "k3",
+                "schedule": "cosine",
+                "fit": {"params": {"E": 1.8, "A": 400.0, "B": 400.0, "alpha": 0.34, "beta": 0.28}},
+            }
+        ],
+    }
+    fits = fits_from_json(doc)
+    assert fits.frontier("k3", "cosine", "c_attn").data_range == (1e10, 1e12)
+    assert fits.multipliers[0].shared_k_interval == (2.1, 2.9)
+    assert fits.hp_law("k3", "wsd", "lr").exponent == -0.3
+    surf = fits.surface("k3", "cosine")
+    assert surf.predict(1e6, 1e9) == pytest.approx(1.8 + 400 / 1e6**0.34 + 400 / 1e9**0.28)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("frontier_comparisons", 0, "result", "groups", "k2", "alpha"), None, "alpha"),
+        (("hp_power_laws", 0, "target"), "momentum", "target must be one of"),
+        (("frontier_comparisons", 0, "bands", "k2", "lo"), [1.0], "differ in length"),
+        (("surfaces",), {"not": "a list"}, "surfaces must be a list"),
+    ],
+)
+def test_malformed_documents_name_the_field(fit_document, path, value, message):
+    doc = copy.deepcopy(fit_document)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    if value is None:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    with pytest.raises(K3ScaleError, match=message):
+        fits_from_json(doc)
