@@ -85,7 +85,7 @@ def test_bad_overrides_name_the_key(override, fragment):
 
 
 def test_exponential_wsd_needs_a_positive_floor():
-    with pytest.raises(ConfigError, match="schedule.lr_min"):
+    with pytest.raises(ConfigError, match=r"schedule\.lr_min"):
         ScheduleConfig(kind="wsd", decay_shape="exponential", lr_min=0.0)
 
 
@@ -115,11 +115,11 @@ def test_family_survives_a_json_round_trip():
 def test_reading_back_rejects_unknown_keys_and_wrong_types():
     data = to_dict(k3_run())
     data["optim"]["lr"] = "high"
-    with pytest.raises(ConfigError, match="optim.lr: expected float"):
+    with pytest.raises(ConfigError, match=r"optim\.lr: expected float"):
         load_run_config(data)
     data = to_dict(k3_run())
     data["train"]["extra"] = 1
-    with pytest.raises(ConfigError, match="train.extra: unknown key"):
+    with pytest.raises(ConfigError, match=r"train\.extra: unknown key"):
         load_run_config(data)
 
 

@@ -8,6 +8,7 @@ numbers noisy; the 1-vs-2 ratio is measured in one run, side by side.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -54,6 +55,8 @@ def run(quick: bool) -> dict:
         "alpha": fit.params["alpha"],
         "beta": fit.params["beta"],
         "alpha_ci_same_for_1_and_2_workers": intervals["1"] == intervals["2"],
+        # Shared machine: the 1-minute load average when the benchmark ended, for context.
+        "load_average_1min": os.getloadavg()[0],
     }
 
 

@@ -108,15 +108,16 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
     runs, curves = load_tables(tables)
     if runs.is_empty():
         raise K3ScaleError(f"the run table in {tables} is empty")
-    fits, fit_note = _load_fits(fit_path)
+    fits, fit_note = _load_fits(fit_path, runs)
     study = _study_name(runs)
     chosen = load_layout(layout, study)
     inputs = DashboardInputs(runs=runs, curves=curves, fits=fits, metric=metric)
     page = build_panels(chosen, inputs)
     provenance = _provenance(runs, tables, study, fit_note)
     title = f"{chosen.title} — {study}"
-    html = render_page(title, provenance, page.panels, page.skipped, inline_js=js == "inline")
-    return html, page.panels, page.skipped
+    notes = [*page.skipped, *fits.notes]
+    html = render_page(title, provenance, page.panels, notes, inline_js=js == "inline")
+    return html, page.panels, notes
 
 
 def _study_name(runs) -> str:
@@ -124,9 +125,11 @@ def _study_name(runs) -> str:
     return "+".join(names) or "unnamed study"
 
 
-def _load_fits(path: Path | None):
+def _load_fits(path: Path | None, runs):
     import json
 
+    from k3scale.scaling.tables import table_hash
+    from k3scale.viz.fit_artifact import artifact_table_hash
     from k3scale.viz.fits import DashboardFits, fits_from_json
 
     if path is None:
@@ -139,6 +142,9 @@ def _load_fits(path: Path | None):
     except json.JSONDecodeError as exc:
         raise K3ScaleError(f"fit file {path} is not JSON: {exc}") from None
     note = f"{path} (sha256 {hashlib.sha256(raw).hexdigest()[:16]})"
+    fitted_on = artifact_table_hash(document) if isinstance(document, dict) else None
+    if fitted_on is not None and fitted_on != table_hash(runs):
+        note += f"; WARNING: fitted on a different run table (hash {fitted_on[:16]})"
     return fits_from_json(document, source=note), note
 
 

@@ -140,6 +140,7 @@ def _fit_recipe(args, workers: int) -> int:
 
     if not args.source or not args.out:
         raise K3ScaleError("fit: a recipe needs --from DIR|mlflow and --out fit.json")
+    recipe = artifact.load_recipe(args.analysis)
     if args.source == "mlflow":
         from k3scale.scaling.sources import collect_runs
 
@@ -153,7 +154,6 @@ def _fit_recipe(args, workers: int) -> int:
     else:
         runs, curves = load_tables(Path(args.source))
         source = f"tables {args.source}"
-    recipe = artifact.load_recipe(args.analysis)
     options = study.StudyOptions(
         loss=args.loss,
         num_resamples=args.bootstrap,

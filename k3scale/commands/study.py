@@ -19,6 +19,9 @@ def register(sub) -> None:
     )
     run.add_argument("--storage", help="Optuna storage URL (default: SQLite in the study folder)")
     run.add_argument("--data-root", default="data_cache", help="prepared datasets folder")
+    run.add_argument(
+        "--dataset", default="english_mix", help="prepared dataset name under --data-root"
+    )
     run.set_defaults(handler=_run)
 
     plan = actions.add_parser("plan", help="print cells, trials and estimated compute; run nothing")
@@ -60,6 +63,7 @@ def _run(args) -> int:
         tracking_uri=args.tracking_uri,
         storage=args.storage,
         data_root=args.data_root,
+        dataset=args.dataset,
     )
     return 0
 

@@ -49,9 +49,12 @@ def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
 
 
 def l2_normalize_heads(x: torch.Tensor) -> torch.Tensor:
-    """`x / sqrt(sum(x^2) + 1e-6)` over the last dim, in fp32 (fp64 for fp64), cast back."""
+    """`x / sqrt(sum(x^2) + 1e-6)` over the last dim, returned in fp32 (fp64 for fp64).
+
+    Not cast back: the KDA core computes in fp32 anyway (fla normalises inside its kernel).
+    """
     wide = x.to(compute_dtype(x.dtype))
-    return (wide * torch.rsqrt(wide.pow(2).sum(-1, keepdim=True) + L2_NORM_EPS)).to(x.dtype)
+    return wide * torch.rsqrt(wide.pow(2).sum(-1, keepdim=True) + L2_NORM_EPS)
 
 
 class KimiDeltaAttention(nn.Module):

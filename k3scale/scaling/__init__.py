@@ -1,1 +1,11 @@
-"""k3scale.scaling."""
+"""Scaling-law analysis (issue 7). NumPy/SciPy/polars only: never imports torch or Ray.
+
+Modules, in data-flow order:
+- `tables` (run/curve tables, `load_tables`, `table_hash`), `sources` (MLflow bulk reads, replicas);
+- `objective` (log-space power laws, Huber, multi-start L-BFGS-B), `bootstrap` (seeded, parallel);
+- fits: `surface` (Chinchilla Approach 3, Epoch's protocol, VPNLS), `frontier` (L(C)),
+  `isoflop` (Approach 2), `powerlaw` (N_opt(C), HP laws), `hpopt` (per-cell optimum);
+- comparisons: `multiplier` + `frontier_compare` (M(C), shared-exponent test), `schedule_compare`;
+- `study` (table-level blocks used by `analysis/*.py` recipes), `artifact` (fit JSON, provenance),
+  `generic` (`k3scale fit surface|frontier CSV`), `result` (`FitResult`, deterministic JSON).
+"""

@@ -17,6 +17,9 @@ import numpy as np
 # 95% percentile intervals, as Epoch (arXiv:2404.10102) and Porian et al. report.
 DEFAULT_LEVEL = 0.95
 DEFAULT_RESAMPLES = 1000
+# Starting a spawned worker costs about a second; below this many refits per worker the pool
+# is slower than one process (the draws, hence the result, are the same either way).
+MIN_RESAMPLES_PER_WORKER = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +119,7 @@ def run_bootstrap(
         unit: what a row is, for the record.
     """
     indices = resample_indices(len(arrays[0]), num_resamples, seed, strata)
-    if workers <= 1 or num_resamples < 2:
+    if workers <= 1 or num_resamples < MIN_RESAMPLES_PER_WORKER * workers:
         values = _refit_chunk(refit, arrays, indices)
     else:
         chunks = np.array_split(indices, min(num_resamples, workers * 4))

@@ -113,6 +113,7 @@ def compare_frontiers(
                 "group": names[i],
                 "value": float(v),
                 "extrapolated": bool(cv < lo_data or cv > hi_data),
+                "ci": None,
             }
             for cv, v in zip(at, values, strict=True)
         )

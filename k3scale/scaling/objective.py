@@ -22,6 +22,8 @@ from scipy.optimize import minimize
 
 # Epoch's protocol (arXiv:2404.10102, following Hoffmann et al. 2022): Huber delta on log residuals.
 HUBER_DELTA = 1e-3
+# Below this many starts per worker a spawned pool (about a second to start) does not pay off.
+MIN_STARTS_PER_WORKER = 100
 
 
 def single_threaded_blas() -> contextlib.AbstractContextManager:
@@ -144,7 +146,7 @@ def minimize_from_starts(
         keep_optima: how many distinct local optima to keep (for warm-starting bootstrap refits).
         workers: processes to spread the starts over (1 = this process).
     """
-    if workers <= 1 or len(starts) < 2 * workers:
+    if workers <= 1 or len(starts) < MIN_STARTS_PER_WORKER * workers:
         ends, values, flags, messages = _run_starts(objective, starts, method)
     else:
         chunks = np.array_split(starts, workers * 4)

@@ -20,7 +20,7 @@ from k3scale.scaling.hpopt import cell_optimum
 from k3scale.scaling.isoflop import fit_isoflop
 from k3scale.scaling.powerlaw import fit_power_law
 from k3scale.scaling.schedule_compare import compare_cell
-from k3scale.scaling.surface import fit_surface
+from k3scale.scaling.surface import coarse_start_grid, fit_surface, fit_surface_vpnls
 from k3scale.track import schema
 
 TUNED, SEED, SHARED = "tuned", "seed", "shared"
@@ -61,8 +61,9 @@ def usable_runs(runs: pl.DataFrame, opts: StudyOptions) -> tuple[pl.DataFrame, d
     missing = [c for c in needed if c not in runs.columns]
     if missing:
         raise K3ScaleError(f"analysis: run table lacks columns {missing}")
-    not_finished = runs.filter(pl.col("status") != schema.STATUS_FINISHED)
-    finished = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
+    is_finished = pl.col("status").fill_null("unknown") == schema.STATUS_FINISHED
+    not_finished = runs.filter(~is_finished).with_columns(pl.col("status").fill_null("unknown"))
+    finished = runs.filter(is_finished)
     bad = pl.any_horizontal(
         *(
             pl.col(c).is_null() | ~pl.col(c).cast(pl.Float64).is_finite() | (pl.col(c) <= 0)
@@ -80,7 +81,7 @@ def usable_runs(runs: pl.DataFrame, opts: StudyOptions) -> tuple[pl.DataFrame, d
 def _cell_rows(runs: pl.DataFrame) -> list[tuple[dict, pl.DataFrame]]:
     out = []
     for key, group in runs.sort("run_id").group_by(list(CELL_KEYS), maintain_order=False):
-        out.append((dict(zip(CELL_KEYS, key, strict=True)), group))
+        out.append((dict(zip(CELL_KEYS, key, strict=True)), group.sort("run_id")))
     return sorted(out, key=lambda kv: tuple(str(kv[0][k]) for k in CELL_KEYS))
 
 
@@ -101,7 +102,7 @@ def cell_optima(runs: pl.DataFrame, opts: StudyOptions) -> list[dict]:
             tuned[opts.batch_col].cast(pl.Float64),
             tuned[opts.loss],
             run_ids=tuned["run_id"],
-            num_resamples=min(opts.num_resamples, 200),
+            num_resamples=opts.num_resamples,
             seed=opts.seed + i,
             target=f"{opts.loss}(lr, {opts.batch_col})",
         )
@@ -151,13 +152,16 @@ def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) 
     tuned = runs.filter(pl.col("arm").is_null() | (pl.col("arm") == TUNED))
     for i, (key, group) in enumerate(sorted(tuned.group_by(keys), key=lambda kv: str(kv[0]))):
         trials = {
-            s: tuple(g[c].cast(pl.Float64).to_numpy() for c in ("lr", opts.batch_col, opts.loss))
+            s: tuple(
+                g.sort("run_id")[c].cast(pl.Float64).to_numpy()
+                for c in ("lr", opts.batch_col, opts.loss)
+            )
             for (s,), g in group.group_by(["schedule"])
         }
         if reference not in trials or len(trials) < 2:
             continue
         result = compare_cell(
-            trials, reference, num_resamples=min(opts.num_resamples, 1000), seed=opts.seed + i
+            trials, reference, num_resamples=opts.num_resamples, seed=opts.seed + i
         )
         shared = runs.filter(
             (pl.col("arm") == SHARED)
@@ -183,8 +187,6 @@ def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) 
 
 def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:
     """Chinchilla surface over the cell optima (of one arch/schedule when `group` is given)."""
-    from k3scale.scaling.surface import coarse_start_grid
-
     n = np.array([o["n"] for o in optima])
     d = np.array([o["tokens"] for o in optima])
     if len(np.unique(n)) < 3 or len(np.unique(d)) < 2 or len(optima) < 6:
@@ -201,29 +203,42 @@ def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:
         target=f"{opts.loss}(N, D) [{group}]",
         units={"N": f"parameters ({opts.n_col})", "D": "tokens", "L": "nats/token"},
     )
-    return fit.to_dict()
+    cross = fit_surface_vpnls(n, d, [o["loss"] for o in optima], target=fit.target, units=fit.units)
+    return {**fit.to_dict(), "vpnls_cross_check": cross.to_dict()}
 
 
 def hp_laws(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
-    """lr_opt(C) and batch_opt(C) power laws from cell optima that are interior minima."""
+    """lr_opt and batch_opt power laws from cell optima that are interior minima.
+
+    Two forms: of compute C (DeepSeek LLM 2024) and of (N, D) jointly (StepLaw, Li et al. 2025;
+    Bjorck et al. 2025), the latter only when N and D both vary over at least 4 cells.
+    """
     ok = [o for o in optima if o["optimum"]["success"]]
     if len({o[compute] for o in ok}) < 3:
         return {"skipped": f"needs >= 3 cells with interior optima, got {len(ok)}"}
-    c = np.array([o[compute] for o in ok])
+    regressors = {"C": {"C": np.array([o[compute] for o in ok])}}
+    n, d = np.array([o["n"] for o in ok]), np.array([o["tokens"] for o in ok])
+    if len(ok) >= 4 and len(np.unique(n)) >= 2 and len(np.unique(d)) >= 2:
+        regressors["N,D"] = {"N": n, "D": d}
     out = {}
     for name in ("lr_opt", "batch_opt"):
         y = np.array([o["optimum"]["params"][name] for o in ok])
         if len(np.unique(y)) < 2:
             out[name] = {"skipped": f"{name} constant over cells"}
             continue
-        out[name] = fit_power_law(
-            {"C": c},
-            y,
-            num_resamples=opts.num_resamples,
-            seed=opts.seed,
-            target=f"{name}(C)",
-            units={"C": f"FLOPs ({compute})"},
-        ).to_dict()
+        out[name] = {}
+        for form, inputs in regressors.items():
+            try:
+                out[name][form] = fit_power_law(
+                    inputs,
+                    y,
+                    num_resamples=opts.num_resamples,
+                    seed=opts.seed,
+                    target=f"{name}({form})",
+                    units={"C": f"FLOPs ({compute})", "N": opts.n_col, "D": "tokens"},
+                ).to_dict()
+            except K3ScaleError as exc:
+                out[name][form] = {"skipped": str(exc)}
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from k3scale.config import config_hash
 from k3scale.sweep import sources
 from k3scale.sweep.declaration import Study, StudyPreset
 from k3scale.sweep.planner import Cell, plan_cells, trial_config
@@ -42,6 +43,7 @@ class SweepContext:
     storage: str
     tracking_uri: str
     data_root: str
+    dataset: str = "english_mix"
 
 
 @dataclass
@@ -62,6 +64,7 @@ class _Counters:
     diverged: int = 0
     busy_s: float = 0.0
     tokens: int = 0
+    launched: int = 0
     run_ids: list[str] = field(default_factory=list)
 
 
@@ -78,6 +81,8 @@ class Driver:
         self.extra = {c.key: sources.open_extra_study(ctx.storage, c) for c in self.cells}
         self.jobs: list[_Job] = []
         self.counters = _Counters()
+        self.extras_queued: set[str] = set()
+        self.logged = finished_runs_by_hash(ctx.tracking_uri, ctx.study.name)
         self.progress = Progress(self.cells, ctx.preset.trials_per_cell, log)
         import ray
 
@@ -98,8 +103,8 @@ class Driver:
             if not self.jobs:
                 break
             self._wait_one()
-            self.progress.maybe_print(self._best_by_cell(), len(self.jobs))
-        self.progress.maybe_print(self._best_by_cell(), 0, force=True)
+            self.progress.maybe_print(self._best_by_cell(), len(self.jobs), self._trial_counts())
+        self.progress.maybe_print(self._best_by_cell(), 0, self._trial_counts(), force=True)
         return self.counters
 
     # -- choosing work -------------------------------------------------------------------------
@@ -166,8 +171,9 @@ class Driver:
         preset, study = self.ctx.preset, self.ctx.study
         baseline = study.schedules[0]
         for cell in self.cells:
-            if not self._tuning_done(cell):
+            if cell.key in self.extras_queued or not self._tuning_done(cell):
                 continue
+            self.extras_queued.add(cell.key)
             best = sources.best_params(self.tuning[cell.key])
             if best is None:
                 continue
@@ -210,6 +216,14 @@ class Driver:
         )
         tag = f"{'e' if study.study_name.endswith('|extra') else 't'}{number:03d}"
         cfg = self._config(cell, params, seed, tag, arm)
+        if not trunk and config_hash(cfg) in self.logged:
+            # Trained before the driver died but never told: MLflow has its final metrics.
+            self.log(f"{cell.key} trial {number}: finished run found in MLflow, not rerun")
+            job = _Job(
+                ref=None, params=dict(params), tells=[], label=f"{cell.key}#{number}", started=0.0
+            )
+            self._tell(study, trial, self.logged[config_hash(cfg)], job)
+            return
         payload: dict[str, Any] = {
             "config": _to_dict(cfg),
             "threads": self.ctx.preset.threads_per_trial,
@@ -227,9 +241,18 @@ class Driver:
                 str(c.budget_tokens): str(self.ctx.study_dir / "runs" / c.slug / tag)
                 for c in branch_cells
             }
-            # A branch's own tags are its trunk's except the budget and cell.
+            payload["branch_tags"] = {
+                str(c.budget_tokens): {
+                    schema.TAG_CELL: c.key,
+                    schema.TAG_BUDGET_TOKENS: str(c.budget_tokens),
+                    schema.TAG_TRIAL: f"{c.key}#{tag}",
+                }
+                for c in branch_cells
+            }
+            # A branch's own tags are its trunk's except the budget, cell and trial.
             tells += [(self.tuning[c.key], None, c.budget_tokens, c) for c in branch_cells]
         ref = self._remote.remote(payload)
+        self.counters.launched += 1
         self.jobs.append(
             _Job(
                 ref=ref,
@@ -250,6 +273,7 @@ class Driver:
             seed=seed,
             out_dir=str(self.ctx.study_dir / "runs" / cell.slug / tag),
             data_root=self.ctx.data_root,
+            dataset=self.ctx.dataset,
             tracking_uri=self.ctx.tracking_uri,
             tags={schema.TAG_TRIAL: f"{cell.key}#{tag}", schema.TAG_ARM: arm},
         )
@@ -298,12 +322,53 @@ class Driver:
             trial.set_user_attr(key, attr)
         study.tell(trial, value, skip_if_finished=True)
 
+    def _trial_counts(self) -> tuple[int, int]:
+        """(ended, planned) tuning trials over all cells (WSD branches count in their cells)."""
+        ended = sum(
+            sources.count(self.tuning[c.key], TrialState.COMPLETE, TrialState.FAIL)
+            for c in self.cells
+        )
+        return min(ended, len(self.cells) * self.ctx.preset.trials_per_cell), len(self.cells) * (
+            self.ctx.preset.trials_per_cell
+        )
+
     def _best_by_cell(self) -> dict[str, float | None]:
         best = {}
         for cell in self.cells:
             done = self.tuning[cell.key].get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             best[cell.key] = min((t.value for t in done), default=None)
         return best
+
+
+def finished_runs_by_hash(tracking_uri: str, experiment: str) -> dict[str, dict]:
+    """Final results of the experiment's ended runs in MLflow, keyed by config hash."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return {}
+    out: dict[str, dict] = {}
+    token = None
+    while True:
+        page = client.search_runs([found.experiment_id], max_results=1000, page_token=token)
+        for run in page:
+            tags, metrics = run.data.tags, run.data.metrics
+            status = tags.get(schema.TAG_STATUS)
+            if status not in (schema.STATUS_FINISHED, schema.STATUS_DIVERGED):
+                continue
+            out[tags.get(schema.TAG_CONFIG_HASH, "")] = {
+                "status": status,
+                "run_id": run.info.run_id,
+                "config_hash": tags.get(schema.TAG_CONFIG_HASH, ""),
+                "out_dir": "",
+                "tokens": int(metrics.get(schema.FINAL_PREFIX + "tokens", 0)),
+                "final_val_ood_loss": metrics.get(schema.FINAL_PREFIX + "val_ood_loss", math.nan),
+                "final_val_id_loss": metrics.get(schema.FINAL_PREFIX + "val_id_loss", math.nan),
+            }
+        token = page.token
+        if not token:
+            return out
 
 
 def _attrs(result: dict) -> dict[str, Any]:

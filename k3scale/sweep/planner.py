@@ -80,6 +80,7 @@ def trial_config(
     out_dir: str,
     data_root: str,
     tracking_uri: str | None,
+    dataset: str = "english_mix",
     tags: dict[str, str],
 ) -> RunConfig:
     """The RunConfig of one trial of `cell` at (lr, batch_size, seed)."""
@@ -95,7 +96,9 @@ def trial_config(
     }
     return RunConfig(
         model=model,
-        data=DataConfig(root=data_root, seq_len=preset.seq_len, eval_tokens=preset.eval_tokens),
+        data=DataConfig(
+            dataset=dataset, root=data_root, seq_len=preset.seq_len, eval_tokens=preset.eval_tokens
+        ),
         optim=OptimConfig(lr=lr, per_head_muon=cell.arch == "k3"),
         schedule=ScheduleConfig(
             kind=cell.schedule,
@@ -111,6 +114,8 @@ def trial_config(
             seed=seed,
             precision=preset.precision,
             eval_interval_tokens=cell.budget_tokens // max(preset.eval_points, 1),
+            # A killed worker's retry resumes from the last quarter, not from scratch.
+            checkpoint_interval_tokens=cell.budget_tokens // 4,
             out_dir=out_dir,
             num_threads=preset.threads_per_trial,
         ),

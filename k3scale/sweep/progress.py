@@ -21,26 +21,32 @@ class Progress:
         self.started = time.time()
         self.last = 0.0
 
-    def maybe_print(self, best: dict[str, float | None], running: int, force: bool = False) -> None:
+    def maybe_print(
+        self,
+        best: dict[str, float | None],
+        running: int,
+        trials: tuple[int, int],
+        force: bool = False,
+    ) -> None:
         now = time.time()
         if not force and now - self.last < self.interval:
             return
         self.last = now
-        self.log(self.line(best, running, now))
+        self.log(self.line(best, running, trials, now))
         sys.stdout.flush()
 
-    def line(self, best: dict[str, float | None], running: int, now: float) -> str:
-        done = sum(value is not None for value in best.values())
+    def line(
+        self, best: dict[str, float | None], running: int, trials: tuple[int, int], now: float
+    ) -> str:
+        ended, planned = trials
+        cells_done = sum(value is not None for value in best.values())
         elapsed = now - self.started
         shown = ", ".join(
             f"{key}={value:.3f}" for key, value in sorted(best.items()) if value is not None
         )
-        eta = "?"
-        if done and done < len(self.cells):
-            eta = f"{elapsed / done * (len(self.cells) - done) / 60:.1f} min"
-        elif done == len(self.cells):
-            eta = "0 min"
+        # Tuning trials only; seed re-runs and the shared arm come after and are not in the ETA.
+        eta = f"{elapsed / ended * (planned - ended) / 60:.1f} min" if ended else "?"
         return (
-            f"[{elapsed / 60:5.1f} min] cells with results {done}/{len(self.cells)}, "
-            f"trials running {running}, ETA {eta} | best: {shown or '-'}"
+            f"[{elapsed / 60:5.1f} min] tuning trials {ended}/{planned}, running {running}, "
+            f"cells with a result {cells_done}/{len(self.cells)}, ETA {eta} | best: {shown or '-'}"
         )

@@ -7,8 +7,10 @@ behind a lean MLflow server started on 127.0.0.1, the runs' checkpoints and JSON
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -35,15 +37,19 @@ def run_study(
     tracking_uri: str | None = None,
     storage: str | None = None,
     data_root: str = "data_cache",
+    dataset: str = "english_mix",
     log=print,
 ) -> dict[str, Any]:
     """Run (or resume) a study to completion and return what `study.json` records."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(study_path)
     preset = study.preset(preset_name)
     folder = Path(study_dir or default_study_dir(study.name, preset_name)).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     data_root = str(Path(data_root).resolve())
-    fingerprint = _check_data(data_root)
+    fingerprint = _check_data(data_root, dataset)
     storage = storage or f"sqlite:///{folder / 'optuna.db'}"
     started = time.time()
     with ExitStack() as stack:
@@ -57,16 +63,24 @@ def run_study(
             storage=storage,
             tracking_uri=tracking_uri,
             data_root=data_root,
+            dataset=dataset,
         )
         log(
             f"study {study.name} preset {preset_name}: {len(plan_cells(study, preset))} cells, "
             f"{slots} trials at a time; folder {folder}; MLflow {tracking_uri}"
         )
         driver = Driver(ctx, slots=slots, log=log)
+        setup_s = time.time() - started
+        sweep_started = time.time()
         counters = driver.run()
+        sweep_s = time.time() - sweep_started
     wall = time.time() - started
+    if counters.launched == 0:
+        log(f"study {study.name} ({preset_name}) is already complete: nothing to run ({folder})")
+        return _read_json(folder / STUDY_JSON) or {}
     cores = slots * preset.threads_per_trial
-    utilization = counters.busy_s / (wall * cores) if wall > 0 and counters.busy_s > 0 else 0.0
+    # The sweep engine's overhead: trial time over the sweep loop's wall time (setup excluded).
+    utilization = counters.busy_s / (sweep_s * cores) if sweep_s > 0 else 0.0
     record = {
         "study": study.name,
         "preset": preset_name,
@@ -84,6 +98,8 @@ def run_study(
         "tokens_trained": counters.tokens,
         "planned": estimate_cost(study, preset),
         "wall_s": round(wall, 1),
+        "setup_s": round(setup_s, 1),
+        "sweep_s": round(sweep_s, 1),
         "busy_trial_s": round(counters.busy_s, 1),
         "cores": cores,
         "utilization": round(utilization, 4),
@@ -97,24 +113,50 @@ def run_study(
     return record
 
 
-def _check_data(data_root: str) -> str:
+def _check_data(data_root: str, dataset: str) -> str:
     from k3scale.data import open_dataset
 
     try:
-        return open_dataset("english_mix", root=data_root).fingerprint
+        return open_dataset(dataset, root=data_root).fingerprint
     except K3ScaleError as exc:
         raise K3ScaleError(f"{exc} (run `k3scale data prepare` first)") from None
 
 
 def _start_tracking(folder: Path, stack: ExitStack, log) -> str:
-    from k3scale.track.server import ensure_schema, start_local_server
+    from k3scale.track.server import ensure_schema, server_answers, start_local_server, study_store
 
-    db = folder / "mlflow.db"
-    ensure_schema(db)
-    server = start_local_server(db, folder / "mlartifacts")
+    store = study_store(folder)
+    record = store.db_path.parent / "server.json"
+    previous = _read_json(record)
+    if previous and _pid_alive(previous["pid"]) and server_answers(previous["url"]):
+        # A driver that was killed left its server running: keep using it, and stop it at the end.
+        log(
+            f"MLflow server {previous['url']} (pid {previous['pid']}) left by a previous driver: reusing it"
+        )
+        stack.callback(_stop_group, previous["pid"])
+        return previous["url"]
+    ensure_schema(store.db_path)
+    server = start_local_server(store.db_path, store.artifacts_dir, log_path=store.log_path)
+    _write_json(record, {"url": server.url, "pid": server.pid})
     stack.callback(server.stop)
-    log(f"MLflow server {server.url} (pid {server.pid}) on {db}")
+    log(f"MLflow server {server.url} (pid {server.pid}) on {store.db_path}")
     return server.url
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _stop_group(pid: int) -> None:
+    """SIGTERM a server's process group (it leads its own session), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        time.sleep(1.0)
 
 
 def _create_experiment(tracking_uri: str, name: str) -> None:
@@ -141,6 +183,10 @@ def _start_ray(address: str | None, preset, stack: ExitStack) -> int:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     stack.callback(ray.shutdown)
     return default_slots(preset)
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _write_json(path: Path, record: dict) -> None:

@@ -36,20 +36,22 @@ def extra_distributions(preset: StudyPreset) -> dict:
 
 
 def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
-    """The cell's tuning study (created once; seeded TPE, multivariate, constant liar)."""
-    sampler = optuna.samplers.TPESampler(
-        seed=(seed * 1_000_003 + zlib.crc32(cell.key.encode())) % 2**31,
+    """The cell's tuning study (created once; seeded TPE, multivariate, constant liar).
+
+    The sampler's seed also depends on how many trials the study already holds: a restarted
+    driver's fresh sampler would otherwise replay the first driver's random start-up points.
+    """
+    study = optuna.create_study(
+        storage=storage, study_name=cell.key, direction="minimize", load_if_exists=True
+    )
+    history = len(study.get_trials(deepcopy=False))
+    study.sampler = optuna.samplers.TPESampler(
+        seed=(seed * 1_000_003 + zlib.crc32(cell.key.encode()) + 7_919 * history) % 2**31,
         multivariate=True,
         constant_liar=True,
         n_startup_trials=5,
     )
-    return optuna.create_study(
-        storage=storage,
-        study_name=cell.key,
-        sampler=sampler,
-        direction="minimize",
-        load_if_exists=True,
-    )
+    return study
 
 
 def open_extra_study(storage: str, cell: Cell) -> optuna.Study:

@@ -28,7 +28,8 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     if payload.get("budgets"):
         branch_dirs = {int(k): v for k, v in payload["branch_dirs"].items()}
-        results = run_branches(cfg, [int(b) for b in payload["budgets"]], branch_dirs)
+        branch_tags = {int(k): v for k, v in payload.get("branch_tags", {}).items()}
+        results = run_branches(cfg, [int(b) for b in payload["budgets"]], branch_dirs, branch_tags)
     else:
         results = {cfg.train.budget_tokens: train(cfg)}
     return {

@@ -288,3 +288,27 @@ class RunTracker:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.finish("failed" if exc_type is not None else "finished")
+
+
+def abandon_attempt(replica_dir: Path, tracking_uri: str | None) -> Path | None:
+    """Set aside the replica of an attempt that died before its first checkpoint.
+
+    The replica is renamed (never deleted: what it logged stays on disk) and its MLflow run, if
+    any, is marked failed, so the retry starts a clean run in the same folder.
+    """
+    replica = Path(replica_dir) / REPLICA_FILE
+    if not replica.exists():
+        return None
+    run_id = read_replica(replica).run_id
+    index = 1
+    while (target := replica.with_name(f"replica.abandoned-{index}.jsonl")).exists():
+        index += 1
+    replica.rename(target)
+    if tracking_uri:
+        try:
+            client = sending.tracking_client(tracking_uri)
+            client.set_tag(run_id, TAG_STATUS, "failed")
+            client.set_terminated(run_id, status="FAILED")
+        except Exception as exc:  # the retry must not fail because the old run is unreachable
+            log.warning("could not mark abandoned run %s failed: %s", run_id, exc)
+    return target

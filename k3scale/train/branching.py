@@ -50,9 +50,15 @@ def branch_config(cfg: RunConfig, budget: int, out_dir: str) -> RunConfig:
 
 
 def run_branches(
-    cfg: RunConfig, budgets: list[int], branch_dirs: dict[int, str]
+    cfg: RunConfig,
+    budgets: list[int],
+    branch_dirs: dict[int, str],
+    branch_tags: dict[int, dict[str, str]] | None = None,
 ) -> dict[int, RunResult]:
-    """Train the trunk (largest budget) and every smaller budget as a branch of it."""
+    """Train the trunk (largest budget) and every smaller budget as a branch of it.
+
+    `branch_tags` adds tags per budget (a sweep names each branch's own cell and trial).
+    """
     trunk = trunk_config(cfg, budgets)
     results = {max(budgets): train(trunk)}
     trunk_run = results[max(budgets)]
@@ -63,7 +69,11 @@ def run_branches(
         results[budget] = train(
             branch,
             start_from=Path(trunk.train.out_dir) / fork_name(tokens),
-            extra_tags={schema.TAG_TRUNK_RUN_ID: trunk_run.run_id, schema.TAG_FORK_STEP: str(step)},
+            extra_tags={
+                schema.TAG_TRUNK_RUN_ID: trunk_run.run_id,
+                schema.TAG_FORK_STEP: str(step),
+                **(branch_tags or {}).get(budget, {}),
+            },
         )
     return results
 

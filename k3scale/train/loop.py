@@ -30,7 +30,7 @@ from k3scale.optim.muon import build_optimizer
 from k3scale.optim.qk_clip import qk_clip
 from k3scale.optim.schedules import step_lrs
 from k3scale.track import schema
-from k3scale.track.tracker import RunTracker, provenance
+from k3scale.track.tracker import RunTracker, abandon_attempt, provenance
 from k3scale.train.checkpoint import LATEST, fork_name, load_checkpoint, save_checkpoint
 from k3scale.train.distributed import average_gradients, mean_over_ranks, world
 from k3scale.train.evaluate import mean_loss
@@ -370,6 +370,9 @@ def _check_data(cfg: RunConfig, dataset) -> None:
 def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
     if rank != 0:
         return None
+    if run_id is None:
+        # A previous attempt in this folder died before its first checkpoint: start over cleanly.
+        abandon_attempt(out_dir, cfg.track.tracking_uri)
     hash_ = config_hash(cfg)
     tags = {
         schema.TAG_CONFIG_HASH: hash_,

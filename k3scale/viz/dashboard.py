@@ -151,4 +151,8 @@ def build_panels(layout: Layout, inputs: DashboardInputs) -> PanelList:
         raise K3ScaleError(
             "dashboard: no figure could be built: " + ("; ".join(page.skipped) or "empty layout")
         )
+    keys = [p.key for p in page.panels]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise K3ScaleError(f"dashboard: layout {layout.source} adds {', '.join(repeated)} twice")
     return page

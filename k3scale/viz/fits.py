@@ -27,19 +27,20 @@ It also reads the native outputs of k3scale/scaling directly (see the adapters b
                                "batch_opt", "compute",
                                "fit": fit_power_law({"C": ...}, ...).to_dict(), "band": BAND?}]}
 
-FitResult dicts are `k3scale.scaling.result.FitResult.to_dict()`. Anything malformed is one
-K3ScaleError naming the section and the field.
+The artifact `k3scale fit ANALYSIS` writes is translated into these native sections first
+(k3scale/viz/fit_artifact.py). FitResult dicts are `k3scale.scaling.result.FitResult.to_dict()`.
+Anything malformed is one K3ScaleError naming the section and the field.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from k3scale.errors import K3ScaleError
+from k3scale.viz.fit_artifact import is_fit_artifact, sections_from_artifact
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,13 +134,14 @@ class DashboardFits:
     surfaces: tuple[SurfaceFit, ...] = ()
     source: str = ""
     """Where the fits came from (file name and hash), for the page header."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """Fits the fit file says it skipped, and why (shown in the page header)."""
 
     def frontier(self, arch: str, schedule: str, compute: str) -> FrontierFit | None:
         return _first(self.frontiers, arch=arch, schedule=schedule, compute=compute)
 
-    def hp_law(self, arch: str, schedule: str, target: str) -> HPLaw | None:
-        return _first(self.hp_laws, arch=arch, schedule=schedule, target=target)
+    def hp_law(self, arch: str, schedule: str, target: str, compute: str) -> HPLaw | None:
+        return _first(self.hp_laws, arch=arch, schedule=schedule, target=target, compute=compute)
 
     def surface(self, arch: str, schedule: str) -> SurfaceFit | None:
         return _first(self.surfaces, arch=arch, schedule=schedule)
@@ -354,9 +356,12 @@ _SECTIONS = {
 
 
 def fits_from_json(document: dict, source: str = "") -> DashboardFits:
-    """Parse the sections of a fit JSON document (see the module docstring)."""
+    """Parse a `k3scale fit` artifact or a document of the sections in the module docstring."""
     if not isinstance(document, dict):
         raise K3ScaleError("fit JSON: the document must be an object with fit sections")
+    notes: list[str] = []
+    if is_fit_artifact(document):
+        document, notes = sections_from_artifact(document)
     parsed = {}
     for section, parse in _SECTIONS.items():
         entries = document.get(section, [])
@@ -369,4 +374,6 @@ def fits_from_json(document: dict, source: str = "") -> DashboardFits:
         parsed["multipliers"] += multipliers
     for i, entry in enumerate(document.get("hp_power_laws", [])):
         parsed["hp_laws"].append(hp_law_from_power_law(entry, f"hp_power_laws[{i}]"))
-    return DashboardFits(**{k: tuple(v) for k, v in parsed.items()}, source=source)
+    return DashboardFits(
+        **{k: tuple(v) for k, v in parsed.items()}, source=source, notes=tuple(notes)
+    )

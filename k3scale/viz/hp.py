@@ -95,7 +95,7 @@ def hp_optima_panel(
         style = theme.group_style(arch, schedule, multi_arch)
         for col, (target, _) in enumerate(TARGETS, start=1):
             fig.add_trace(_optimum_trace(part, target, compute, style, col), row=1, col=col)
-            law = fits.hp_law(arch, schedule, target)
+            law = fits.hp_law(arch, schedule, target, compute)
             if law is not None:
                 for trace in _law_traces(law, style, span, col):
                     fig.add_trace(trace, row=1, col=col)
@@ -103,7 +103,7 @@ def hp_optima_panel(
     for col, (_, title) in enumerate(TARGETS, start=1):
         fig.update_yaxes(type="log", title_text=title, row=1, col=col)
     theme.base_layout(fig, "Tuned optimum peak LR and batch vs compute")
-    return Panel(key="hp-optima", figure=fig, caption=_caption(optima, fits))
+    return Panel(key=f"hp-optima-{compute}", figure=fig, caption=_caption(optima, fits, compute))
 
 
 def schedule_lr_ratios(optima: pl.DataFrame) -> list[float]:
@@ -115,13 +115,13 @@ def schedule_lr_ratios(optima: pl.DataFrame) -> list[float]:
     return [r for r in ratios if math.isfinite(r)]
 
 
-def _caption(optima: pl.DataFrame, fits: DashboardFits) -> str:
+def _caption(optima: pl.DataFrame, fits: DashboardFits, compute: str) -> str:
     edges = optima.filter(pl.col("lr_edge").is_not_null()).height
     parts = [
         f"Best (peak LR, batch) of each of {optima.height} cells vs compute "
         f"({edges} LR optima at the edge of the values tried, open markers)"
     ]
-    laws = [law for law in fits.hp_laws if law.target == "lr"]
+    laws = [law for law in fits.hp_laws if law.target == "lr" and law.compute == compute]
     if laws:
         exps = "; ".join(
             f"{law.arch} {law.schedule} lr* ∝ C^{law.exponent:.3f}"

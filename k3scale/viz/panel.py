@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 @dataclass(frozen=True)
 class Panel:
     key: str
-    """Anchor id on the page (letters, digits, '-')."""
+    """Anchor id on the page, unique per page (letters, digits, '-', '_')."""
     figure: go.Figure
     """The plotly figure."""
     caption: str

@@ -33,7 +33,6 @@ LOSS_UNIT = "nats/token"
 LR_TITLE = "peak learning rate (per step, dimensionless)"
 BATCH_TITLE = "batch size (sequences/step)"
 BATCH_TOKENS_TITLE = "batch size (tokens/step)"
-TOKENS_TITLE = "tokens trained D (tokens)"
 PARAMS_TITLE = "active parameters N (parameters)"
 FIGURE_HEIGHT = 420
 GRID_COLOUR = "#e5ecf6"
@@ -59,12 +58,6 @@ def loss_title(metric: str) -> str:
 
 def compute_title(compute_key: str) -> str:
     return COMPUTE_LABELS.get(compute_key, f"{compute_key} (FLOPs)")
-
-
-def group_colour(arch: str, schedule: str, by: str) -> str:
-    """Colour of an (arch, schedule) group: by arch or by schedule, whichever the figure varies."""
-    table = ARCH_COLOURS if by == "arch" else SCHEDULE_COLOURS
-    return table.get(arch if by == "arch" else schedule, FALLBACK_COLOUR)
 
 
 def base_layout(fig: go.Figure, title: str, height: int = FIGURE_HEIGHT) -> go.Figure:

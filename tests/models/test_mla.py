@@ -52,14 +52,10 @@ def random_input(seq_len: int, batch: int = 2, seed: int = 1) -> torch.Tensor:
 
 
 def rms_norm_fp32(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`w * x / sqrt(mean(x^2) + eps)` computed in fp32 (architecture.md 0.3), cast back.
-
-    Same operation order as `common.RMSNorm`, so fp32 rounding matches bit for bit and the fp64
-    tolerance can stay tight.
-    """
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + RMS_EPS)
-    return (normed * weight.float()).to(x.dtype)
+    """`w * x / sqrt(mean(x^2) + eps)` in at least fp32 (fp64 inputs stay fp64), cast back."""
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + RMS_EPS)
+    return (normed * weight.to(wide.dtype)).to(x.dtype)
 
 
 def rotate_complex(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:

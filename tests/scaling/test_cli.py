@@ -176,7 +176,7 @@ def test_recipe_artifact_is_byte_identical_on_rerun(tmp_path):
                     "--out",
                     str(path),
                     "--bootstrap",
-                    "20",
+                    "10",
                     "--grid",
                     "coarse",
                     "--workers",
@@ -201,7 +201,7 @@ def test_cosine_vs_wsd_recipe_reports_the_sign(tmp_path):
             "cosine_vs_wsd",
             archs=("k3",),
             schedules=("cosine", "wsd"),
-            lrs=(1e-3, 3e-3, 1e-2, 3e-2),
+            lrs=tuple(np.geomspace(1e-3, 3e-2, 8)),
         )
     )
     write_tables(runs, curves, tmp_path / "tables")

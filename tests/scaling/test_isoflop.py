@@ -67,11 +67,10 @@ def test_quadratic_minimum_of_an_exact_parabola():
 
 
 def test_synthetic_isoflop_design_recovers_the_allocation_exponent():
-    # Chinchilla surface with alpha = beta: N_opt ~ C^0.5 exactly.
+    # Chinchilla surface with alpha = beta and A = B: N_opt = sqrt(C/6) exactly (G = 1).
     e, a, b, alpha, beta = 1.8, 400.0, 400.0, 0.34, 0.34
     budgets, sizes, losses = [], [], []
     for c in np.logspace(18, 21, 6):
-        n_center = 0.1 * np.sqrt(c / 6)  # G(C/6)^0.5 with G = (A/B)^(1/0.68) = 1 ... shifted
         n_center = np.sqrt(c / 6)
         for n in n_center * np.exp(np.linspace(-1.5, 1.5, 9)):
             d = c / (6 * n)

@@ -47,10 +47,15 @@ def test_resume_equals_uninterrupted(family, sample_root, tmp_path):
 
 
 def test_wsd_branch_equals_a_straight_wsd_run(sample_root, tmp_path):
-    base = with_schedule(tiny_run("k3", sample_root, tmp_path / "trunk"), kind="wsd", decay_fraction=0.25)
+    base = with_schedule(
+        tiny_run("k3", sample_root, tmp_path / "trunk"), kind="wsd", decay_fraction=0.25
+    )
     small, large = 64 * 8 * 8, 64 * 8 * 16
     straight_cfg = dataclasses.replace(
-        base, train=dataclasses.replace(base.train, budget_tokens=small, out_dir=str(tmp_path / "straight"))
+        base,
+        train=dataclasses.replace(
+            base.train, budget_tokens=small, out_dir=str(tmp_path / "straight")
+        ),
     )
     straight = train(straight_cfg)
     trunk = trunk_config(base, [small, large])

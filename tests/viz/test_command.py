@@ -42,7 +42,7 @@ def test_page_is_self_contained(page):
     assert page.count(f'<script id="{PLOTLY_JS_ID}">') == 1
 
 
-def test_page_has_every_figure_with_caption_and_provenance(page, runs):
+def test_page_has_every_figure_with_caption_and_provenance(page, runs, fit_document):
     sections = re.findall(r'<section id="([^"]+)" class="panel">', page)
     assert sections[:2] == ["overview", "multiplier-k3-over-k2-cosine-c_6n"]
     assert len(sections) == len(set(sections)) >= 15
@@ -52,7 +52,10 @@ def test_page_has_every_figure_with_caption_and_provenance(page, runs):
     assert table_hash(runs) in page
     assert "runs trained at 0123456789ab" in page
     assert re.search(r"sha256 [0-9a-f]{16}", page)
-    assert html.escape("shared-exponent k = 2.84 [2.42, 3.62] (accepted") in page
+    shared = fit_document["frontier_comparisons"][0]["result"]["shared_exponent"]
+    lo, hi = shared["ci"]
+    expected = f"shared-exponent k = {shared['multiplier']:.2f} [{lo:.3g}, {hi:.3g}] (accepted"
+    assert html.escape(expected) in page
 
 
 def test_js_file_mode_writes_plotly_next_to_the_page(tmp_path):

@@ -43,7 +43,7 @@ def test_multiplier_band_comes_from_the_comparison_entries(fits, fit_document):
 
 def test_hp_law_maps_power_law_params(fits, fit_document):
     entry = fit_document["hp_power_laws"][0]
-    law = fits.hp_law(entry["arch"], entry["schedule"], entry["target"])
+    law = fits.hp_law(entry["arch"], entry["schedule"], entry["target"], entry["compute"])
     assert (law.coef, law.exponent) == (
         entry["fit"]["params"]["k"],
         entry["fit"]["params"]["exp_C"],
@@ -96,7 +96,7 @@ def test_own_sections_parse():
     fits = fits_from_json(doc)
     assert fits.frontier("k3", "cosine", "c_attn").data_range == (1e10, 1e12)
     assert fits.multipliers[0].shared_k_interval == (2.1, 2.9)
-    assert fits.hp_law("k3", "wsd", "lr").exponent == -0.3
+    assert fits.hp_law("k3", "wsd", "lr", "c_6n").exponent == -0.3
     surf = fits.surface("k3", "cosine")
     assert surf.predict(1e6, 1e9) == pytest.approx(1.8 + 400 / 1e6**0.34 + 400 / 1e9**0.28)
 
@@ -121,3 +121,52 @@ def test_malformed_documents_name_the_field(fit_document, path, value, message):
         target[path[-1]] = value
     with pytest.raises(K3ScaleError, match=message):
         fits_from_json(doc)
+
+
+def _artifact(fit_document: dict, table_hash: str) -> dict:
+    """A `k3scale fit k2_vs_k3`-shaped artifact around real scaling outputs of the fixture."""
+    comps = {
+        c["compute"]: c for c in fit_document["frontier_comparisons"] if c["fixed"] == "cosine"
+    }
+    surfaces = {s["arch"]: s["fit"] for s in fit_document["surfaces"] if s["schedule"] == "cosine"}
+    return {
+        "analysis": "k2_vs_k3",
+        "provenance": {"table_hash": table_hash},
+        "results": {
+            "cell_optima": [{"cell": {"arch": a, "schedule": "cosine"}} for a in ("k2", "k3")],
+            "frontiers": {
+                "c_6n": comps["c_6n"]["result"],
+                "c_attn": {"skipped": "needs two arch values"},
+            },
+            "per_arch": {
+                "k2": {"surface": {"skipped": "too few sizes"}},
+                "k3": {"surface": surfaces["k3"]},
+            },
+        },
+    }
+
+
+def test_fit_artifact_is_translated_with_its_skip_notes(fit_document):
+    fits = fits_from_json(_artifact(fit_document, "abc"))
+    assert {(f.arch, f.schedule, f.compute) for f in fits.frontiers} == {
+        ("k2", "cosine", "c_6n"),
+        ("k3", "cosine", "c_6n"),
+    }
+    assert [(m.base, m.new, m.fixed) for m in fits.multipliers] == [("k2", "k3", "cosine")]
+    assert [s.arch for s in fits.surfaces] == ["k3"]
+    assert any("c_attn" in n and "needs two arch values" in n for n in fits.notes)
+    assert any("surface fit of k2" in n for n in fits.notes)
+
+
+def test_dashboard_warns_when_the_artifact_was_fitted_on_another_table(tmp_path, fit_document):
+    import json
+
+    from k3scale.commands.dashboard import render
+    from tests.viz.conftest import DATA
+
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(_artifact(fit_document, "0" * 64)))
+    text, panels, notes = render(DATA, path, "k2_vs_k3", "final_val_ood_loss", "file")
+    assert "WARNING: fitted on a different run table" in text
+    assert any("needs two arch values" in n for n in notes)
+    assert any(p.key == "multiplier-k3-over-k2-cosine-c_6n" for p in panels)

@@ -1,26 +1,28 @@
 """Chunk-parallel (WY/UT) Kimi Delta Attention in plain torch (architecture.md section 1.3).
 
 Everything that does not depend on the state entering a chunk (pair scores, the triangular
-solve, W, U, the chunk transition) is computed for all chunks of all heads in batched ops; only
-the state recurrence `S <- A_n S + B_n` runs sequentially over chunks. The derivation is in
-`README.md` next to this file. Autograd through these ops is the backward pass.
+solve, W, U) is computed for all chunks of all heads in batched ops; only the state recurrence
+(two small matmuls per chunk) runs sequentially, and the outputs are again batched. The
+derivation is in `README.md` next to this file. Autograd through these ops is the backward.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from k3scale.ops.kda.naive import check_kda_shapes, compute_dtype
+from k3scale.ops.kda.naive import check_kda_shapes, compute_dtype, naive_recurrent_kda
 
 # Pair scores are factorised per tile around the tile's first position s:
 # exp(G_i - G_j) = exp(G_i - G_s) * exp(G_s - G_j). Off-diagonal tiles (j < s <= i) give two
 # factors <= 1; on the diagonal tile exp(G_s - G_j) <= exp(MAX_TILE_LOG_RANGE). The tile starts
-# as the whole chunk and is halved while its log-decay range is larger (K3's bounded gate makes
-# 16-token tiles always safe, architecture.md 1.3; unbounded gates may need shorter ones).
-# e^60 ~ 1e26 leaves ~1e12 of fp32 headroom (max ~3.4e38) for values and gradients.
+# as the whole chunk and is halved while its log-decay range is larger: K3's bounded gate
+# (g > -5) always allows 8-token tiles (range < 35); unbounded gates may need shorter ones.
+# e^60 ~ 1e26 leaves ~1e12 of fp32 headroom (max ~3.4e38) for values and gradients
+# (K3's kernels use 16-token tiles with range < 80, architecture.md 1.3).
 MAX_TILE_LOG_RANGE = 60.0
 # Short sequences run one chunk of T rounded up to this many tokens (keeps tiles halvable).
 SHORT_CHUNK_MULTIPLE = 16
@@ -36,39 +38,47 @@ def _to_chunks(x: torch.Tensor, num_chunks: int, chunk: int) -> torch.Tensor:
     return x.reshape(*x.shape[:2], num_chunks, chunk, *x.shape[3:])
 
 
-def _tile_length(G: torch.Tensor) -> int:
-    """Longest tile (C, C/2, ... while even, then 1) whose log-decay range is safe.
+def _log_decay_plan(g: torch.Tensor) -> tuple[int, torch.dtype]:
+    """Tile length for the pair scores, and the dtype of the log-decay bookkeeping.
 
-    Range of a tile = max over channels of G at its first position minus G at its last; a
-    1-token tile has range 0, so the search always ends.
+    Tile: the longest of C, C/2, ... (while even, then 1) whose range (max over channels of G
+    at its first position minus G at its last) is <= MAX_TILE_LOG_RANGE; a 1-token tile has
+    range 0, so the search always ends. Bookkeeping: fp32 differences of G are accurate to
+    about |G| * 6e-8, as good as the fp32 recurrence while |G| <= MAX_TILE_LOG_RANGE; with
+    stronger decay (G reaches -1e3 under unbounded gates) they would lose ~1e-4, so use fp64.
+
+    Args:
+        g: log decay `[..., C, K]` in the compute dtype.
     """
-    chunk = tile = G.shape[-2]
+    chunk = tile = g.shape[-2]
     with torch.no_grad():
+        G = g.cumsum(dim=-2)
         while tile > 1:
             G_tiles = G.unflatten(-2, (chunk // tile, tile))
             if (G_tiles[..., 0, :] - G_tiles[..., -1, :]).max() <= MAX_TILE_LOG_RANGE:
                 break
             tile = tile // 2 if tile % 2 == 0 else 1
-    return tile
+        weak_decay = (-G[..., -1, :]).max() <= MAX_TILE_LOG_RANGE
+    return tile, (g.dtype if weak_decay else torch.float64)
 
 
 def _decayed_pair_scores(
-    lefts: list[torch.Tensor], right: torch.Tensor, G: torch.Tensor
+    lefts: list[torch.Tensor], right: torch.Tensor, G: torch.Tensor, tile: int
 ) -> list[torch.Tensor]:
     """`P[i, j] = sum_c left_i[c] exp(G_i[c] - G_j[c]) right_j[c]`, valid for `j <= i`.
 
-    Entries above the diagonal are finite but meaningless; the caller masks them (`tril`).
+    Entries above the diagonal are finite but meaningless; the caller masks them.
 
     Args:
         lefts: tensors `[..., C, K]` sharing `right` and `G` (keys and scaled queries).
         right: `[..., C, K]`.
-        G: cumulative log decay inside each chunk `[..., C, K]` (fp64), non-increasing along C.
+        G: cumulative log decay inside each chunk `[..., C, K]`, non-increasing along C.
+        tile: tile length dividing C (see `_log_decay_plan`).
 
     Returns:
         One `[..., C, C]` score matrix per entry of `lefts`, in `right.dtype`.
     """
     chunk = G.shape[-2]
-    tile = _tile_length(G)
     num_tiles = chunk // tile
     G_tiles = G.unflatten(-2, (num_tiles, tile))  # [..., n, c, K]
     G_ref = G_tiles[..., :1, :]  # [..., n, 1, K], first position of each tile
@@ -95,69 +105,80 @@ def _chunk_length(seq_len: int, chunk_size: int) -> int:
     return min(chunk_size, -(-seq_len // SHORT_CHUNK_MULTIPLE) * SHORT_CHUNK_MULTIPLE)
 
 
-def _chunk_operators(
+class _ChunkTerms(NamedTuple):
+    """State-independent terms of every chunk, `[B, H, N, ...]` (README.md next to this file)."""
+
+    q_decayed: torch.Tensor  # s Q * exp(G)                                    [.., C, K]
+    A_qk: torch.Tensor  # lower-triangular query-key scores, diagonal kept     [.., C, C]
+    W: torch.Tensor  # M (exp(G) * K)                                          [.., C, K]
+    U: torch.Tensor  # M V                                                     [.., C, V]
+    k_decayed: torch.Tensor  # K * exp(G_C - G), transposed                    [.., K, C]
+    decay_last: torch.Tensor  # exp(G_C), the whole chunk's decay              [.., K, 1]
+
+
+def _chunk_terms(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> _ChunkTerms:
     """Everything independent of the entering state, for all chunks at once.
 
     Args:
         q: scaled queries `[B, H, N, C, K]`; k: keys `[B, H, N, C, K]`; v: values
             `[B, H, N, C, V]`; g: log decay `[B, H, N, C, K]`; beta: `[B, H, N, C, 1]`.
-
-    Returns:
-        `(q_state [.., C, K], o_intra [.., C, V], transition [.., K, K], state_input [.., K, V])`
-        such that `O = o_intra + q_state S` and `S_next = transition S + state_input`.
     """
     d_key, chunk = k.shape[-1], k.shape[-2]
-    # Log-decay bookkeeping in fp64: with strong gates G reaches -1e3 within a chunk, and fp32
-    # differences G_i - G_j of such values would lose ~1e-4 absolute (relative, after exp).
-    G = g.to(torch.float64).cumsum(dim=-2)  # non-increasing along C
-    kk, qk = _decayed_pair_scores([k, q], k, G)  # [B, H, N, C, C] each
+    tile, log_dtype = _log_decay_plan(g)
+    G = g.to(log_dtype).cumsum(dim=-2)  # non-increasing along C
+    kk, qk = _decayed_pair_scores([k, q], k, G, tile)  # [B, H, N, C, C] each
     # Masks as products: torch.tril costs milliseconds even on tiny CPU tensors (torch 2.13).
     position = torch.arange(chunk, device=k.device)
     lower = (position.view(chunk, 1) >= position.view(1, chunk)).to(k.dtype)
     eye = torch.eye(chunk, dtype=k.dtype, device=k.device)
     A_kk = beta * kk * (lower - eye)  # strictly lower
-    A_qk = qk * lower  # diagonal kept: the output reads the updated state
 
     # UT transform: (I + A_kk) [W U] = Diag(beta) [exp(G) * K, V], all chunks in one solve.
     gamma = torch.exp(G.to(k.dtype))
     rhs = beta * torch.cat([gamma * k, v], dim=-1)
     WU = torch.linalg.solve_triangular(eye + A_kk, rhs, upper=False, unitriangular=True)
+    k_decayed = k * torch.exp((G[..., -1:, :] - G).to(k.dtype))
+    return _ChunkTerms(
+        q_decayed=q * gamma,
+        A_qk=qk * lower,  # diagonal kept: the output reads the updated state
+        W=WU[..., :d_key],
+        U=WU[..., d_key:],
+        k_decayed=k_decayed.transpose(-1, -2),
+        decay_last=gamma[..., -1, :].unsqueeze(-1),
+    )
 
-    # With V_e = U - W S:  O = (Q * exp(G) - A_qk W) S + A_qk U,
-    # S_next = (Diag(exp(G_C)) - K_d^T W) S + K_d^T U,  K_d = K * exp(G_C - G).
-    G_last = G[..., -1:, :]
-    qk_WU = A_qk @ WU  # [B, H, N, C, K + V]
-    kd_WU = (k * torch.exp((G_last - G).to(k.dtype))).transpose(-1, -2) @ WU  # [B, H, N, K, K + V]
-    q_state = q * gamma - qk_WU[..., :d_key]
-    transition = torch.diag_embed(gamma[..., -1, :]) - kd_WU[..., :d_key]
-    return q_state, qk_WU[..., d_key:], transition, kd_WU[..., d_key:]
+
+def _chunk_major(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`[B, H, N, ...]` -> N tensors `[B*H, ...]` (unbind keeps the backward linear in N)."""
+    return x.movedim(2, 0).flatten(1, 2).unbind(0)
 
 
 def _scan_states(
-    transition: torch.Tensor, state_input: torch.Tensor, initial: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`S_{n+1} = transition_n S_n + state_input_n` over chunks (the only sequential part).
+    terms: _ChunkTerms, initial: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The only sequential part: per chunk `V_e = U - W S`, `S <- exp(G_C) * S + K_d^T V_e`.
 
     Args:
-        transition: `[B, H, N, K, K]`; state_input: `[B, H, N, K, V]`; initial: `[B, H, K, V]`.
+        terms: `_chunk_terms` output; initial: state entering the first chunk `[B, H, K, V]`.
 
     Returns:
-        `(entering [B, H, N, K, V], final [B, H, K, V])`: the state entering each chunk, and the
-        state after the last one.
+        `(entering [B, H, N, K, V], pseudo_values [B, H, N, C, V], final [B, H, K, V])`.
     """
-    batch, num_heads = transition.shape[:2]
-    # Chunk-major, contiguous per chunk; unbind (not indexing) keeps the backward linear in N.
-    transitions = transition.permute(2, 0, 1, 3, 4).flatten(1, 2).unbind(0)  # N x [BH, K, K]
-    state_inputs = state_input.permute(2, 0, 1, 3, 4).flatten(1, 2).unbind(0)  # N x [BH, K, V]
+    batch, num_heads = initial.shape[:2]
+    per_chunk = zip(
+        *(_chunk_major(x) for x in (terms.W, terms.U, terms.k_decayed, terms.decay_last))
+    )
     state = initial.flatten(0, 1)
-    entering = []
-    for transition_n, input_n in zip(transitions, state_inputs):
+    entering, pseudo_values = [], []
+    for W, U, k_decayed_t, decay_last in per_chunk:
         entering.append(state)
-        state = torch.baddbmm(input_n, transition_n, state)
+        pseudo_values.append(torch.baddbmm(U, W, state, alpha=-1))
+        state = torch.baddbmm(decay_last * state, k_decayed_t, pseudo_values[-1])
     entering = torch.stack(entering, dim=1).unflatten(0, (batch, num_heads))
-    return entering, state.unflatten(0, (batch, num_heads))
+    pseudo_values = torch.stack(pseudo_values, dim=1).unflatten(0, (batch, num_heads))
+    return entering, pseudo_values, state.unflatten(0, (batch, num_heads))
 
 
 def chunk_kda(
@@ -194,16 +215,19 @@ def chunk_kda(
     out_dtype, dtype = v.dtype, compute_dtype(v.dtype)
     scale = d_key**-0.5 if scale is None else scale
     chunk = _chunk_length(seq_len, chunk_size)
+    if seq_len == 0:
+        return naive_recurrent_kda(q, k, v, g, beta, scale, initial_state, output_final_state)
     num_chunks = -(-seq_len // chunk)
     q, k, v, g = (_to_chunks(x.to(dtype), num_chunks, chunk) for x in (q, k, v, g))
     q = q * scale
     beta = _to_chunks(beta.to(dtype), num_chunks, chunk).unsqueeze(-1)  # [B, H, N, C, 1]
 
-    q_state, o_intra, transition, state_input = _chunk_operators(q, k, v, g, beta)
+    terms = _chunk_terms(q, k, v, g, beta)
     initial = q.new_zeros(batch, num_heads, d_key, d_value)
     if initial_state is not None:
         initial = initial + initial_state.to(dtype)
-    entering, final_state = _scan_states(transition, state_input, initial)
-    o = o_intra + q_state @ entering  # [B, H, N, C, V]
+    entering, pseudo_values, final_state = _scan_states(terms, initial)
+    # O = (s Q * exp(G)) S_entering + A_qk V_e, all chunks in one batched matmul each.
+    o = terms.q_decayed @ entering + terms.A_qk @ pseudo_values  # [B, H, N, C, V]
     o = o.reshape(batch, num_heads, num_chunks * chunk, d_value)[:, :, :seq_len].transpose(1, 2)
     return o.to(out_dtype), (final_state if output_final_state else None)

@@ -1,0 +1,194 @@
+"""Whole studies with real processes: a real Ray, a real MLflow server, real signals.
+
+Each test runs `k3scale study run ... --preset smoke` on the committed sample corpus as a child
+process and checks what it left: one finished MLflow run per trial with every tag, an Optuna
+study per cell, and no finished run lost or duplicated after a SIGKILL of the driver or of a
+trial's worker process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from k3scale.data.sample import prepare_sample
+from k3scale.track import schema
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+K2_VS_K3 = ROOT / "experiments" / "k2_vs_k3.py"
+COSINE_VS_WSD = ROOT / "experiments" / "cosine_vs_wsd.py"
+REQUIRED_TAGS = (
+    schema.TAG_STUDY,
+    schema.TAG_CELL,
+    schema.TAG_TRIAL,
+    schema.TAG_ARCH,
+    schema.TAG_SCHEDULE,
+    schema.TAG_SIZE,
+    schema.TAG_BUDGET_TOKENS,
+    schema.TAG_CONFIG_HASH,
+    schema.TAG_GIT_SHA,
+    schema.TAG_DATA_FINGERPRINT,
+    schema.TAG_STATUS,
+)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    prepare_sample(root, vocab_size=512)
+    return root
+
+
+def study_command(study: Path, study_dir: Path, data_root: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "k3scale.cli",
+        "study",
+        "run",
+        str(study),
+        "--preset",
+        "smoke",
+        "--study-dir",
+        str(study_dir),
+        "--data-root",
+        str(data_root),
+        "--dataset",
+        "sample",
+    ]
+
+
+def start(study: Path, study_dir: Path, data_root: Path) -> subprocess.Popen:
+    study_dir.mkdir(parents=True, exist_ok=True)
+    log = open(study_dir.parent / f"{study_dir.name}.log", "ab")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        study_command(study, study_dir, data_root),
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def run_to_end(study: Path, study_dir: Path, data_root: Path, timeout: float = 900) -> str:
+    done = subprocess.run(
+        study_command(study, study_dir, data_root),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def optuna_counts(study_dir: Path) -> Counter:
+    """Trial states over every Optuna study of the folder (read-only SQL, safe while running)."""
+    db = study_dir / "optuna.db"
+    if not db.exists():
+        return Counter()
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            rows = conn.execute("SELECT state FROM trials").fetchall()
+    except sqlite3.OperationalError:
+        return Counter()
+    return Counter(state for (state,) in rows)
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def mlflow_runs(study_dir: Path, study_name: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{study_dir / 'mlflow' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(study_name)
+    return client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def finished_runs(study_dir: Path, study_name: str) -> list:
+    return [
+        r
+        for r in mlflow_runs(study_dir, study_name)
+        if r.data.tags.get(schema.TAG_STATUS) in (schema.STATUS_FINISHED, schema.STATUS_DIVERGED)
+    ]
+
+
+def assert_complete(study_dir: Path, study_name: str, expected_results: int) -> None:
+    record = json.loads((study_dir / "study.json").read_text())
+    runs = finished_runs(study_dir, study_name)
+    trials = Counter(r.data.tags[schema.TAG_TRIAL] for r in runs)
+    assert all(n == 1 for n in trials.values()), f"duplicated trials: {trials}"
+    assert len(runs) == expected_results, (len(runs), expected_results)
+    for run in runs:
+        missing = [t for t in REQUIRED_TAGS if t not in run.data.tags]
+        assert not missing, missing
+        assert "final/val_ood_loss" in run.data.metrics
+    assert record["trials"]["failed"] == 0
+    assert 0 < record["utilization"] <= 1.0
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def test_smoke_study_leaves_one_run_per_trial_and_a_study_per_cell(data_root, tmp_path):
+    study_dir = tmp_path / "k2_vs_k3"
+    out = run_to_end(K2_VS_K3, study_dir, data_root)
+    assert "utilization" in out
+    # smoke: 2 cells (k2-t0, k3-t0) x 2 trials, one budget, cosine only.
+    assert_complete(study_dir, "k2_vs_k3", expected_results=4)
+    assert optuna_counts(study_dir)["COMPLETE"] == 4
+    again = run_to_end(K2_VS_K3, study_dir, data_root)
+    assert "already complete" in again
+
+
+def test_driver_sigkill_then_resume_loses_and_duplicates_nothing(data_root, tmp_path):
+    study_dir = tmp_path / "cosine_vs_wsd"
+    proc = start(COSINE_VS_WSD, study_dir, data_root)
+    wait_for(lambda: optuna_counts(study_dir)["COMPLETE"] >= 2, 600, "two finished trials")
+    kill_group(proc)
+    run_to_end(COSINE_VS_WSD, study_dir, data_root)
+    # smoke: 2 budgets x (2 cosine + 2 WSD trials) + 2 shared-arm runs = 10 results.
+    assert_complete(study_dir, "cosine_vs_wsd", expected_results=10)
+
+
+def test_trial_worker_sigkill_is_retried_and_the_study_completes(data_root, tmp_path):
+    study_dir = tmp_path / "k2_vs_k3_worker"
+    proc = start(K2_VS_K3, study_dir, data_root)
+
+    def worker_pids() -> list[int]:
+        listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        return [
+            int(line.split()[0])
+            for line in listing.splitlines()
+            if "ray::_run_payload_entry" in line
+        ]
+
+    wait_for(lambda: bool(worker_pids()), 600, "a trial running in a Ray worker")
+    time.sleep(2.0)
+    victims = worker_pids()
+    os.kill(victims[0], signal.SIGKILL)
+    assert proc.wait(timeout=900) == 0
+    assert_complete(study_dir, "k2_vs_k3", expected_results=4)
