@@ -30,11 +30,13 @@ STUDY = Study(
         ),
         "demo": StudyPreset(
             sizes={"k3": ladders.rungs("k3", ladders.DEMO)},
-            budgets=(131_072, 262_144),
-            search=spaces.TINY_CPU,
-            trials_per_cell=5,
-            seq_len=128,
-            eval_tokens=16_384,
+            budgets=(24_576, 49_152),
+            search=spaces.DEMO,
+            trials_per_cell=3,
+            seq_len=64,
+            eval_tokens=8_192,
+            eval_points=2,
+            micro_batch_size=16,
         ),
         "cpu": StudyPreset(
             sizes={"k3": ladders.rungs("k3", ladders.CPU)},

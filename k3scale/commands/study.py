@@ -38,7 +38,16 @@ def register(sub) -> None:
     submit.add_argument(
         "--data-root", default="data_cache", help="prepared datasets folder on the cluster"
     )
+    submit.add_argument(
+        "--dataset", default="english_mix", help="prepared dataset name under --data-root"
+    )
     submit.set_defaults(handler=_submit)
+
+    report = actions.add_parser(
+        "report", help="headline numbers of a finished study, its dashboard and MLflow UI"
+    )
+    _common(report)
+    report.set_defaults(handler=_report)
 
     status = actions.add_parser("status", help="progress of a study from its storage")
     _common(status)
@@ -105,6 +114,8 @@ def _submit(args) -> int:
         args.preset,
         "--data-root",
         args.data_root,
+        "--dataset",
+        args.dataset,
     ]
     for flag, value in (
         ("--tracking-uri", args.tracking_uri),
@@ -157,4 +168,35 @@ def _status(args) -> int:
             f"last completed run: utilization {data['utilization']}, trials {data['trials']}, "
             f"wall {data['wall_s']} s, MLflow {data['tracking_uri']}"
         )
+    return 0
+
+
+def _report(args) -> int:
+    import json
+    from pathlib import Path
+
+    from k3scale.scaling.headline import headline_lines
+    from k3scale.sweep.declaration import load_study
+    from k3scale.sweep.run import STUDY_JSON, default_study_dir
+
+    study = load_study(args.study)
+    folder = Path(args.study_dir or default_study_dir(study.name, args.preset))
+    fit_path, page = folder / "fit.json", folder / "dashboard.html"
+    if not fit_path.exists():
+        raise K3ScaleError(
+            f"no {fit_path}: run `k3scale fit {study.analysis} --from {folder / 'tables'} "
+            f"--out {fit_path}` first"
+        )
+    record = json.loads((folder / STUDY_JSON).read_text()) if (folder / STUDY_JSON).exists() else {}
+    print(f"== {study.name} ({args.preset}): {study.description}")
+    if record:
+        print(
+            f"trials {record['trials']}, utilization {record['utilization']:.2f}, "
+            f"sweep {record['sweep_s'] / 60:.1f} min"
+        )
+    for line in headline_lines(json.loads(fit_path.read_text())):
+        print(line)
+    if page.exists():
+        print(f"dashboard: {page.resolve()}  (open it in a browser; works offline)")
+    print(f"browse runs: k3scale ui --study-dir {folder}")
     return 0

@@ -204,7 +204,13 @@ def build_tables(runs: list[RunData]) -> tuple[pl.DataFrame, pl.DataFrame]:
         [{col: row.get(col) for col in full_schema} for row in rows], schema=full_schema
     )
     curves = [c for r in runs for c in curve_rows(r)]
-    curves_df = pl.DataFrame(curves, schema=CURVE_SCHEMA).sort(["run_id", "metric", "step"])
+    # A resumed run logs again the steps after its last checkpoint: keep one point per step (the
+    # later one; resumes are bit-exact, so both hold the same value).
+    curves_df = (
+        pl.DataFrame(curves, schema=CURVE_SCHEMA)
+        .unique(subset=["run_id", "metric", "step"], keep="last", maintain_order=True)
+        .sort(["run_id", "metric", "step"])
+    )
     return runs_df, curves_df
 
 

@@ -22,6 +22,7 @@ from k3scale.sweep.driver import Driver, SweepContext, default_slots
 from k3scale.sweep.planner import estimate_cost, plan_cells
 
 STUDY_JSON = "study.json"
+TABLES = "tables"
 
 
 def default_study_dir(study_name: str, preset: str) -> Path:
@@ -74,6 +75,8 @@ def run_study(
         sweep_started = time.time()
         counters = driver.run()
         sweep_s = time.time() - sweep_started
+        if counters.launched:
+            _export_tables(study.name, tracking_uri, folder, log)
     wall = time.time() - started
     if counters.launched == 0:
         log(f"study {study.name} ({preset_name}) is already complete: nothing to run ({folder})")
@@ -175,6 +178,8 @@ def _start_ray(address: str | None, preset, stack: ExitStack) -> int:
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return default_slots(preset)
+    # Inside a Ray Job (`k3scale study submit`) Ray sets RAY_ADDRESS to the job's cluster.
+    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)
         cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -183,6 +188,17 @@ def _start_ray(address: str | None, preset, stack: ExitStack) -> int:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     stack.callback(ray.shutdown)
     return default_slots(preset)
+
+
+def _export_tables(experiment: str, tracking_uri: str, folder: Path, log) -> None:
+    """runs.parquet and curves.parquet of the study in `<folder>/tables` (what fits read)."""
+    from k3scale.scaling.sources import collect_runs
+    from k3scale.scaling.tables import build_tables, write_tables
+
+    runs, source = collect_runs(experiment, tracking_uri, folder / "runs")
+    runs_df, curves_df = build_tables(runs)
+    write_tables(runs_df, curves_df, folder / TABLES)
+    log(f"exported {runs_df.height} runs from {source} to {folder / TABLES}")
 
 
 def _read_json(path: Path) -> dict | None:

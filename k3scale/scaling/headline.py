@@ -1,0 +1,78 @@
+"""The headline numbers of a fit artifact, as lines of text (no fitting here, only reading).
+
+cosine_vs_wsd: per (size, budget) cell, cosine minus WSD final loss at each schedule's own tuned
+optimum and at the shared (LR, batch), with bootstrap intervals and the sign they support.
+k2_vs_k3: the K3-over-K2 compute multiplier M(C) at the stated compute values and, where a
+shared exponent is not rejected, the single multiplier; under both FLOP conventions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def headline_lines(doc: dict[str, Any]) -> list[str]:
+    """Human-readable headline of a `k3scale fit` JSON document."""
+    results = doc.get("results", {})
+    lines: list[str] = []
+    if "schedule_comparison" in results:
+        lines += _schedule_lines(results["schedule_comparison"])
+    if "frontiers" in results:
+        lines += _multiplier_lines(results["frontiers"])
+    return lines or ["no headline quantity in this fit"]
+
+
+def _interval(ci: list[float] | None) -> str:
+    return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "[no interval]"
+
+
+def _schedule_lines(comparison: dict) -> list[str]:
+    reference = comparison.get("reference", "cosine")
+    lines = [f"{reference} minus other schedule, final loss (nats/token), 95% bootstrap intervals:"]
+    for cell in comparison.get("cells", []):
+        where = f"{cell['cell']['size']} D={cell['cell']['budget_tokens']:,}"
+        for other, entry in cell["comparison"].items():
+            ci = entry.get("ci", {})
+            lines.append(
+                f"  {where}: at own tuned optima {entry['diff_own']:+.4f} "
+                f"{_interval(ci.get('diff_own'))} ({entry.get('sign_own', 'no bootstrap')}); "
+                f"at {reference}'s optimum for both {entry['diff_shared']:+.4f} "
+                f"{_interval(ci.get('diff_shared'))} ({entry.get('sign_shared', 'no bootstrap')}); "
+                f"lr_opt {other}/{reference} = {entry['lr_ratio']:.2f}"
+            )
+    if not comparison.get("cells"):
+        lines.append("  (no cell has finished trials of both schedules)")
+    return lines
+
+
+def _multiplier_lines(frontiers: dict) -> list[str]:
+    if "skipped" in frontiers:
+        return [f"compute multiplier: skipped ({frontiers['skipped']})"]
+    lines = []
+    for convention, result in sorted(frontiers.items()):
+        if "skipped" in result:
+            lines.append(f"compute multiplier ({convention}): skipped ({result['skipped']})")
+            continue
+        baseline = result.get("baseline", "baseline")
+        for point in result.get("multiplier", []):
+            ci = point.get("ci") or [float("nan"), float("nan")]
+            flag = " (extrapolated)" if point.get("extrapolated") else ""
+            lines.append(
+                f"compute multiplier {point['group']} over {baseline} ({convention}) at "
+                f"C={point['compute']:.3g}: {point['value']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{flag}"
+            )
+        shared = result.get("shared_exponent", {})
+        if shared:
+            verdict = "rejected" if shared.get("rejected") else "not rejected"
+            single = shared.get("multiplier")
+            ci = shared.get("ci") or [float("nan"), float("nan")]
+            value = (
+                f"single multiplier {single:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+                if single is not None and not shared.get("rejected")
+                else "no single multiplier"
+            )
+            lines.append(
+                f"shared exponent ({convention}): p = {shared.get('p_value', float('nan')):.3g}, "
+                f"{verdict}; {value}"
+            )
+    return lines
