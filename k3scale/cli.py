@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except K3ScaleError as exc:
+        if args.debug:
+            raise
         print(f"k3scale {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

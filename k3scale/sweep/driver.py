@@ -71,8 +71,9 @@ class _Counters:
 class Driver:
     """Runs one study to completion on an initialised Ray."""
 
-    def __init__(self, ctx: SweepContext, slots: int, log=print) -> None:
+    def __init__(self, ctx: SweepContext, slots: int, log=print, tracking=None) -> None:
         self.ctx = ctx
+        self.tracking = tracking
         self.slots = max(1, slots)
         self.log = log
         self.cells = plan_cells(ctx.study, ctx.preset)
@@ -102,8 +103,8 @@ class Driver:
                 pass
             if not self.jobs:
                 break
-            self._wait_one()
             self.progress.maybe_print(self._best_by_cell(), len(self.jobs), self._trial_counts())
+            self._wait_one()
         self.progress.maybe_print(self._best_by_cell(), 0, self._trial_counts(), force=True)
         return self.counters
 
@@ -274,7 +275,8 @@ class Driver:
             out_dir=str(self.ctx.study_dir / "runs" / cell.slug / tag),
             data_root=self.ctx.data_root,
             dataset=self.ctx.dataset,
-            tracking_uri=self.ctx.tracking_uri,
+            # A server that died mid-study is restarted (or waited for) before a trial starts.
+            tracking_uri=self.tracking.ensure_up() if self.tracking else self.ctx.tracking_uri,
             tags={schema.TAG_TRIAL: f"{cell.key}#{tag}", schema.TAG_ARM: arm},
         )
 

@@ -8,6 +8,10 @@ import time
 from k3scale.sweep.planner import Cell
 
 
+# Cells whose best loss fits on the progress line; `k3scale study status` lists all of them.
+SHOWN_CELLS = 6
+
+
 class Progress:
     """Prints at most every `interval` seconds (always on a terminal's single line when a tty)."""
 
@@ -41,9 +45,10 @@ class Progress:
         ended, planned = trials
         cells_done = sum(value is not None for value in best.values())
         elapsed = now - self.started
-        shown = ", ".join(
-            f"{key}={value:.3f}" for key, value in sorted(best.items()) if value is not None
-        )
+        known = [(key, value) for key, value in sorted(best.items()) if value is not None]
+        shown = ", ".join(f"{key}={value:.3f}" for key, value in known[:SHOWN_CELLS])
+        if len(known) > SHOWN_CELLS:
+            shown += f", ... (+{len(known) - SHOWN_CELLS} cells)"
         # Tuning trials only; seed re-runs and the shared arm come after and are not in the ETA.
         eta = f"{elapsed / ended * (planned - ended) / 60:.1f} min" if ended else "?"
         return (

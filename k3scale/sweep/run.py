@@ -7,10 +7,8 @@ behind a lean MLflow server started on 127.0.0.1, the runs' checkpoints and JSON
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,6 +18,7 @@ from k3scale.errors import K3ScaleError
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.driver import Driver, SweepContext, default_slots
 from k3scale.sweep.planner import estimate_cost, plan_cells
+from k3scale.sweep.tracking import TrackingService
 
 STUDY_JSON = "study.json"
 TABLES = "tables"
@@ -54,7 +53,9 @@ def run_study(
     storage = storage or f"sqlite:///{folder / 'optuna.db'}"
     started = time.time()
     with ExitStack() as stack:
-        tracking_uri = tracking_uri or _start_tracking(folder, stack, log)
+        tracking = TrackingService(folder, tracking_uri, log)
+        tracking_uri = tracking.start()
+        stack.callback(tracking.stop)
         _create_experiment(tracking_uri, study.name)
         slots = _start_ray(ray_address, preset, stack)
         ctx = SweepContext(
@@ -70,12 +71,14 @@ def run_study(
             f"study {study.name} preset {preset_name}: {len(plan_cells(study, preset))} cells, "
             f"{slots} trials at a time; folder {folder}; MLflow {tracking_uri}"
         )
-        driver = Driver(ctx, slots=slots, log=log)
+        driver = Driver(ctx, slots=slots, log=log, tracking=tracking)
         setup_s = time.time() - started
         sweep_started = time.time()
         counters = driver.run()
         sweep_s = time.time() - sweep_started
         if counters.launched:
+            tracking_uri = tracking.ensure_up()
+            tracking.recover(folder / "runs")
             _export_tables(study.name, tracking_uri, folder, log)
     wall = time.time() - started
     if counters.launched == 0:
@@ -123,43 +126,6 @@ def _check_data(data_root: str, dataset: str) -> str:
         return open_dataset(dataset, root=data_root).fingerprint
     except K3ScaleError as exc:
         raise K3ScaleError(f"{exc} (run `k3scale data prepare` first)") from None
-
-
-def _start_tracking(folder: Path, stack: ExitStack, log) -> str:
-    from k3scale.track.server import ensure_schema, server_answers, start_local_server, study_store
-
-    store = study_store(folder)
-    record = store.db_path.parent / "server.json"
-    previous = _read_json(record)
-    if previous and _pid_alive(previous["pid"]) and server_answers(previous["url"]):
-        # A driver that was killed left its server running: keep using it, and stop it at the end.
-        log(
-            f"MLflow server {previous['url']} (pid {previous['pid']}) left by a previous driver: reusing it"
-        )
-        stack.callback(_stop_group, previous["pid"])
-        return previous["url"]
-    ensure_schema(store.db_path)
-    server = start_local_server(store.db_path, store.artifacts_dir, log_path=store.log_path)
-    _write_json(record, {"url": server.url, "pid": server.pid})
-    stack.callback(server.stop)
-    log(f"MLflow server {server.url} (pid {server.pid}) on {store.db_path}")
-    return server.url
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _stop_group(pid: int) -> None:
-    """SIGTERM a server's process group (it leads its own session), then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        time.sleep(1.0)
 
 
 def _create_experiment(tracking_uri: str, name: str) -> None:

@@ -79,5 +79,5 @@ def test_a_malformed_study_file_is_one_clear_error(tmp_path):
 
 def test_unknown_preset_names_the_valid_ones():
     study = load_study(ROOT / "experiments" / "k2_vs_k3.py")
-    with pytest.raises(K3ScaleError, match="has no preset 'huge'.*smoke"):
+    with pytest.raises(K3ScaleError, match=r"has no preset 'huge'.*smoke"):
         study.preset("huge")

@@ -71,7 +71,8 @@ def study_command(study: Path, study_dir: Path, data_root: Path) -> list[str]:
 
 def start(study: Path, study_dir: Path, data_root: Path) -> subprocess.Popen:
     study_dir.mkdir(parents=True, exist_ok=True)
-    log = open(study_dir.parent / f"{study_dir.name}.log", "ab")
+    # The child writes to this handle for its whole life, so no context manager here.
+    log = open(study_dir.parent / f"{study_dir.name}.log", "ab")  # noqa: SIM115
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         study_command(study, study_dir, data_root),
@@ -192,3 +193,18 @@ def test_trial_worker_sigkill_is_retried_and_the_study_completes(data_root, tmp_
     os.kill(victims[0], signal.SIGKILL)
     assert proc.wait(timeout=900) == 0
     assert_complete(study_dir, "k2_vs_k3", expected_results=4)
+
+
+def test_mlflow_server_stopped_mid_study_loses_nothing(data_root, tmp_path):
+    study_dir = tmp_path / "k2_vs_k3_server"
+    proc = start(K2_VS_K3, study_dir, data_root)
+    record = study_dir / "mlflow" / "server.json"
+    wait_for(lambda: optuna_counts(study_dir)["COMPLETE"] >= 1 and record.exists(), 600, "a trial")
+    server_pid = json.loads(record.read_text())["pid"]
+    os.killpg(server_pid, signal.SIGKILL)
+    assert proc.wait(timeout=900) == 0
+    log = (study_dir.parent / f"{study_dir.name}.log").read_text()
+    assert "restarting it on the same database" in log
+    assert_complete(study_dir, "k2_vs_k3", expected_results=4)
+    runs = json.loads((study_dir / "study.json").read_text())
+    assert runs["trials"]["finished"] == 4

@@ -8,7 +8,7 @@ and unbounded (Kimi Linear) gates are both safe:
     W = X (beta Gamma K),  U = X (beta V),  A_qk = Tril(s sum_c q_i D_ij k_j)
     V_e = U - W S,  O = (s Q Gamma) S + A_qk V_e,  S <- Diag(Gamma_C) S + (K exp(G_C - G))^T V_e
 
-Kernels (all fp32 inside, fp32 matmuls in IEEE precision, bf16/fp16/fp32 inputs):
+Kernels (fp32 inside, fp32 matmuls as 3xTF32 on tensor cores, bf16/fp16/fp32 inputs):
 1. `_intra_fwd_kernel`, one program per (chunk, batch*head), all chunks in parallel: G, A_kk,
    its inverse X by forward substitution, W, U, A_qk (stored fp32).
 2. `_state_fwd_kernel`, one program per (value block, batch*head): the sequential recurrence over
@@ -46,12 +46,16 @@ from k3scale.ops.kda.naive import check_kda_shapes
 # Channels per pairwise block [C, C, PAIR_BLOCK]; 16 is the smallest tl.dot operand size.
 PAIR_BLOCK = 16
 # Value channels per program in the state kernels (the state tile is [K, VALUE_BLOCK] fp32).
-VALUE_BLOCK = 64
-# Warps for the per-chunk kernels: their [C, C, PAIR_BLOCK] temporaries are register-heavy, more
-# warps spread them (a starting point, not tuned on a GPU).
-INTRA_NUM_WARPS = 8
-# fp32 matmuls in full precision: TF32 would cost ~1e-3 relative error.
-DOT_PRECISION: tl.constexpr = tl.constexpr("ieee")
+VALUE_BLOCK = 32
+# Launch settings from ahead-of-time compiles for sm_90 (C=64, K=V=128; not timed on a GPU):
+# 8 warps spread the register-heavy tiles; one stage, because software pipelining of the per-chunk
+# loads multiplies their shared-memory buffers past the 227 KiB per block of H100/H200
+# (state kernels: ~270 KiB with the default stages, ~100 KiB with one).
+NUM_WARPS = 8
+NUM_STAGES = 1
+# fp32 matmuls on tensor cores as three TF32 products (hi*hi + hi*lo + lo*hi): close to fp32
+# accuracy; "ieee" falls back to FMA loops that spill heavily, plain TF32 costs ~1e-3 relative.
+DOT_PRECISION: tl.constexpr = tl.constexpr("tf32x3")
 
 
 @triton.jit
@@ -384,7 +388,7 @@ class _ChunkKdaFunction(torch.autograd.Function):
         sizes = dict(K=d_key, V=d_value, C=chunk, BK=_block(d_key))
         _intra_fwd_kernel[(num_chunks, batch * num_heads)](
             q, k, v, g, beta, G, X, A_qk, W, U, seq_len, num_heads, num_chunks, scale,
-            BV=_block(d_value), P=PAIR_BLOCK, num_warps=INTRA_NUM_WARPS, **sizes,
+            BV=_block(d_value), P=PAIR_BLOCK, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **sizes,
         )  # fmt: skip
         o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
         states = torch.empty(rows, d_key, d_value, **f32)
@@ -393,7 +397,8 @@ class _ChunkKdaFunction(torch.autograd.Function):
         value_block = min(VALUE_BLOCK, _block(d_value))
         _state_fwd_kernel[(triton.cdiv(d_value, value_block), batch * num_heads)](
             q, k, G, A_qk, W, U, h0, o, states, final, seq_len, num_heads, num_chunks, scale,
-            BV=value_block, HAS_INITIAL=initial_state is not None, **sizes,
+            BV=value_block, HAS_INITIAL=initial_state is not None, num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES, **sizes,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, beta, G, X, A_qk, W, U, states)
         ctx.scale, ctx.chunk, ctx.value_block = scale, chunk, value_block
@@ -419,7 +424,8 @@ class _ChunkKdaFunction(torch.autograd.Function):
         _state_bwd_kernel[(num_value_blocks, batch * num_heads)](
             q, k, G, A_qk, W, U, states, d_o, dh0 if d_final is None else d_final.contiguous(),
             dA, dQg, dKd, dgam, dW, dU, dh0, seq_len, num_heads, num_chunks, batch * num_heads,
-            ctx.scale, BV=value_block, HAS_FINAL_GRAD=d_final is not None, **sizes,
+            ctx.scale, BV=value_block, HAS_FINAL_GRAD=d_final is not None, num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES, **sizes,
         )  # fmt: skip
         dA, dQg, dKd, dgam, dW = (x.sum(0) for x in (dA, dQg, dKd, dgam, dW))
         dq, dk, dg = (torch.empty(q.shape, **f32) for _ in range(3))
@@ -427,7 +433,7 @@ class _ChunkKdaFunction(torch.autograd.Function):
         _intra_bwd_kernel[(num_chunks, batch * num_heads)](
             q, k, v, beta, G, X, dA, dQg, dKd, dgam, dW, dU, dq, dk, dv, dg, dbeta,
             seq_len, num_heads, num_chunks, ctx.scale, BV=_block(d_value), P=PAIR_BLOCK,
-            num_warps=INTRA_NUM_WARPS, **sizes,
+            num_warps=NUM_WARPS, num_stages=NUM_STAGES, **sizes,
         )  # fmt: skip
         grads = (x.to(dtype) for x, dtype in zip((dq, dk, dv, dg, dbeta), ctx.dtypes))
         dh0 = None if ctx.initial_dtype is None else dh0.to(ctx.initial_dtype)

@@ -1,0 +1,84 @@
+"""The five preset sizes every study offers (platform.md section 8), as functions of its sizes.
+
+A study picks model presets per architecture; everything else that makes a preset (budgets,
+search space, trials, sequence length, evaluation, hardware) is shared here so both flagship
+studies run at the same scale.
+"""
+
+from k3scale.sweep.declaration import StudyPreset
+from sweeps import spaces
+
+
+def smoke(sizes: dict[str, tuple[str, ...]], budgets: tuple[int, ...] = (16_384,)) -> StudyPreset:
+    """Everything runs, in about two minutes on 2 CPU cores (CI)."""
+    return StudyPreset(
+        sizes=sizes,
+        budgets=budgets,
+        search=spaces.TINY_CPU,
+        trials_per_cell=2,
+        seq_len=64,
+        eval_tokens=4_096,
+        eval_points=2,
+        micro_batch_size=8,
+    )
+
+
+def demo(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
+    """The README's main job on one 2-core machine: 3 sizes x 2 budgets, 3 trials per cell."""
+    return StudyPreset(
+        sizes=sizes,
+        budgets=(24_576, 49_152),
+        search=spaces.DEMO,
+        trials_per_cell=3,
+        seq_len=64,
+        eval_tokens=8_192,
+        eval_points=2,
+        micro_batch_size=16,
+    )
+
+
+def cpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
+    """The largest study one CPU machine finishes overnight; 3 seeds at each cell's optimum."""
+    return StudyPreset(
+        sizes=sizes,
+        budgets=(524_288, 1_048_576, 2_097_152),
+        search=spaces.SMALL_CPU,
+        trials_per_cell=16,
+        seeds=(0, 1, 2),
+        seq_len=256,
+        eval_tokens=65_536,
+    )
+
+
+def gpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
+    """One H100/H200-class GPU for a few hours: one trial at a time on the GPU, bf16."""
+    return StudyPreset(
+        sizes=sizes,
+        budgets=(500_000_000, 1_000_000_000, 2_000_000_000),
+        search=spaces.GPU,
+        trials_per_cell=24,
+        seeds=(0, 1, 2),
+        seq_len=1024,
+        eval_tokens=2_097_152,
+        micro_batch_size=64,
+        threads_per_trial=4,
+        gpus_per_trial=1.0,
+        precision="bf16",
+    )
+
+
+def cluster(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
+    """A Ray cluster of GPU nodes: larger ladders and budgets, one GPU per trial."""
+    return StudyPreset(
+        sizes=sizes,
+        budgets=(2_000_000_000, 5_000_000_000, 10_000_000_000, 20_000_000_000),
+        search=spaces.GPU,
+        trials_per_cell=32,
+        seeds=(0, 1, 2),
+        seq_len=2048,
+        eval_tokens=4_194_304,
+        micro_batch_size=32,
+        threads_per_trial=8,
+        gpus_per_trial=1.0,
+        precision="bf16",
+    )

@@ -1,0 +1,115 @@
+"""The `k3scale` command: one-line errors with non-zero exits, and the frozen command surface."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k3scale.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "k3scale.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def surface(parser: argparse.ArgumentParser, prefix: str = "k3scale") -> dict[str, str]:
+    """Every command path and its flags and positionals, as one sorted string each."""
+    items = sorted(s for a in parser._actions for s in a.option_strings)
+    items += [
+        f"<{a.dest}>"
+        for a in parser._actions
+        if not a.option_strings and not isinstance(a, argparse._SubParsersAction)
+    ]
+    out = {prefix: " ".join(items)}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(surface(sub, f"{prefix} {name}"))
+    return out
+
+
+def test_help_lists_every_command_group():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for group in ("data", "model", "train", "study", "export", "fit", "dashboard", "bench", "ui"):
+        assert f"    {group}" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("train", "--set", "optim.lrr=1", "--dry-run"), "optim.lrr: unknown key 'lrr'"),
+        (("train", "--preset", "nope", "--dry-run"), "nope"),
+        (("study", "plan", "experiments/missing.py"), "does not exist"),
+        (("model", "info", "k9-t0"), "k9-t0"),
+        (("nonsense",), "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_nonzero_exit(args, fragment):
+    result = run_cli(*args)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_study_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from k3scale.sweep.declaration import Study\nSTUDY = Study(name=1)\n")
+    result = run_cli("study", "plan", str(bad))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "bad.py" in result.stderr
+
+
+def test_main_returns_2_on_a_bad_override_and_debug_raises():
+    assert main(["train", "--set", "optim.lr=x", "--dry-run"]) == 2
+    with pytest.raises(Exception, match=r"optim\.lr: expected a float"):
+        main(["--debug", "train", "--set", "optim.lr=x", "--dry-run"])
+
+
+def test_the_command_surface_is_frozen():
+    """Adding or removing a command or flag is a deliberate change: update FROZEN with it."""
+    assert surface(build_parser()) == FROZEN
+
+
+FROZEN = {
+    "k3scale": "--debug --help -h",
+    "k3scale bench": "--help --json --quick -h <name>",
+    "k3scale dashboard": "--fit --from --help --js --layout --metric --out --png --preset "
+    "--studies-root -h <study>",
+    "k3scale data": "--help -h",
+    "k3scale data info": "--help --json --root -h <dataset>",
+    "k3scale data prepare": "--bin --force --help --name --ood --out --seed --text --vocab-size -h",
+    "k3scale data verify": "--help --root -h <dataset>",
+    "k3scale export": "--experiment --help --out --replicas --tracking-uri -h",
+    "k3scale fit": "--at --baseline --bootstrap --compute-col --d-col --exclude-col --experiment "
+    "--from --grid --group-col --help --json --loss --loss-col --n-col --out "
+    "--replicas --seed --tracking-uri --workers -h <analysis> <csv>",
+    "k3scale model": "--help -h",
+    "k3scale model info": "--help --json --seq-len --set -h <preset>",
+    "k3scale model list": "--help --json -h",
+    "k3scale study": "--help -h",
+    "k3scale study plan": "--help --preset --study-dir -h <study>",
+    "k3scale study report": "--help --preset --study-dir -h <study>",
+    "k3scale study run": "--data-root --dataset --help --preset --ray-address --storage --study-dir "
+    "--tracking-uri -h <study>",
+    "k3scale study status": "--help --preset --storage --study-dir -h <study>",
+    "k3scale study submit": "--address --data-root --dataset --help --preset --storage --study-dir "
+    "--tracking-uri -h <study>",
+    "k3scale train": "--config --dry-run --experiment --help --no-resume --out --preset --set "
+    "--tracking-uri -h",
+    "k3scale ui": "--artifacts-dir --backend-store-uri --help --host --port --study-dir -h",
+}

@@ -1,0 +1,175 @@
+"""A finished smoke study seen in a real browser through `k3scale ui`.
+
+Runs the smoke preset of `experiments/k2_vs_k3.py`, serves its folder with `k3scale ui`, and
+drives headless Chromium (Playwright, the system's /usr/bin/chromium) through MLflow 3.17's UI:
+the experiment's runs list shows every run, and with the arch, schedule, size and budget tag
+columns added through the "Columns" picker each row shows its run's tag values; one run's
+"Model metrics" tab draws its `train/loss` curve with one vertex per logged step. Screenshots
+land in the test's tmp folder and their paths are printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from k3scale.data.sample import prepare_sample
+from k3scale.track import schema
+from tests.sweep.test_study_runs import K2_VS_K3, mlflow_runs, run_to_end
+
+pytestmark = pytest.mark.slow
+
+STUDY = "k2_vs_k3"
+SHOWN_TAGS = (schema.TAG_ARCH, schema.TAG_SCHEDULE, schema.TAG_SIZE, schema.TAG_BUDGET_TOKENS)
+CHROMIUM = "/usr/bin/chromium"
+# platform.md section 9: the flags that keep Chromium offline and headless in a container.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# A busy 2-core machine: server start and the UI's first render can each take tens of seconds.
+SERVER_START_S = 120
+UI_WAIT_MS = 90_000
+# Wide enough that the added tag columns are rendered next to the default ones.
+VIEWPORT = {"width": 2400, "height": 1000}
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def study_ui(study_dir: Path) -> Iterator[str]:
+    """`k3scale ui --study-dir` as a child process; yields its URL; SIGINT by pid at the end."""
+    command = [sys.executable, "-m", "k3scale.cli", "ui", "--study-dir", str(study_dir)]
+    command += ["--port", str(free_port())]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        yield read_url(process)
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0 and "stopped" in out, out
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def read_url(process: subprocess.Popen) -> str:
+    deadline = time.monotonic() + SERVER_START_S
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        found = re.search(r"tracking URI: (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"`k3scale ui` printed no URL: {''.join(seen)}")
+
+
+def tag_cell(page, run_id: str, tag: str):
+    return page.locator(f'.ag-row[row-id="{run_id}"] .ag-cell[col-id="tags.`{tag}`"]')
+
+
+def add_tag_columns(page, tags: tuple[str, ...]) -> None:
+    """Tick each tag in the runs table's "Columns" picker (search box, then its label)."""
+    page.get_by_role("button", name="Columns", exact=True).click()
+    search = page.get_by_placeholder("Search columns")
+    for tag in tags:
+        search.fill(tag)
+        page.get_by_role("dialog").get_by_text(tag, exact=True).click()
+    page.keyboard.press("Escape")
+
+
+def check_runs_list(page, url: str, experiment_id: str, runs: list, shots: Path) -> None:
+    page.goto(f"{url}/#/experiments/{experiment_id}/runs", wait_until="load")
+    for run in runs:
+        page.get_by_text(run.info.run_name, exact=True).wait_for(timeout=UI_WAIT_MS)
+    page.screenshot(path=shots / "runs-list.png")
+    assert page.get_by_text(f"{len(runs)} matching runs").is_visible()
+    add_tag_columns(page, SHOWN_TAGS)
+    for run in runs:
+        for tag in SHOWN_TAGS:
+            cell = tag_cell(page, run.info.run_id, tag)
+            cell.wait_for(timeout=UI_WAIT_MS)
+            assert cell.is_visible(), (run.info.run_name, tag)
+            assert cell.inner_text().strip() == run.data.tags[tag], (run.info.run_name, tag)
+    page.screenshot(path=shots / "runs-list-tags.png")
+
+
+def check_train_loss_chart(page, run, history: list, shots: Path) -> None:
+    """Open the run from the list; its Model metrics tab plots `train/loss` at every step."""
+    page.get_by_text(run.info.run_name, exact=True).click()
+    page.get_by_role("tab", name="Model metrics").click()
+    page.get_by_placeholder("Search metric charts").fill(schema.METRIC_TRAIN_LOSS)
+    legend = page.get_by_text(f"{run.info.run_name} ({schema.METRIC_TRAIN_LOSS})", exact=True)
+    legend.wait_for(timeout=UI_WAIT_MS)
+    line = page.locator(".scatterlayer .trace path.js-line").first
+    line.wait_for(timeout=UI_WAIT_MS)
+    page.screenshot(path=shots / "run-train-loss.png")
+    # The chart is Plotly: its div carries the traces it drew (x = step, y = value).
+    traces = page.locator(".js-plotly-plot").first.evaluate(
+        "el => el.data.map(t => ({x: Array.from(t.x), y: Array.from(t.y)}))"
+    )
+    assert traces, "the train/loss chart has no trace"
+    assert traces[0]["x"] == [m.step for m in history]
+    assert traces[0]["y"] == pytest.approx([m.value for m in history], rel=1e-6)
+    # And it drew them: one marker per step, and a line through distinct heights. Plotly
+    # simplifies the path (drops near-collinear vertices), so vertices are not counted exactly.
+    assert page.locator(".scatterlayer .trace .points path.point").count() == len(history)
+    vertices = re.findall(r"[ML]\s*-?[\d.]+,\s*-?[\d.]+", line.get_attribute("d") or "")
+    assert len({float(v.split(",")[1]) for v in vertices}) > 1, "flat or empty train/loss line"
+
+
+def test_study_runs_tags_and_loss_curve_show_in_the_mlflow_ui(tmp_path):
+    from mlflow.tracking import MlflowClient
+    from playwright.sync_api import sync_playwright
+
+    data_root = tmp_path / "data"
+    prepare_sample(data_root, vocab_size=512)
+    study_dir = tmp_path / STUDY
+    run_to_end(K2_VS_K3, study_dir, data_root)
+    runs = mlflow_runs(study_dir, STUDY)
+    assert len(runs) == 4
+    client = MlflowClient(f"sqlite:///{study_dir / 'mlflow' / 'mlflow.db'}")
+    opened = min(runs, key=lambda r: r.info.run_name)
+    history = client.get_metric_history(opened.info.run_id, schema.METRIC_TRAIN_LOSS)
+    history.sort(key=lambda m: m.step)
+    assert len(history) > 1
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with study_ui(study_dir) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            experiment_id = runs[0].info.experiment_id
+            check_runs_list(page, url, experiment_id, runs, shots)
+            check_train_loss_chart(page, opened, history, shots)
+        finally:
+            browser.close()
+    for shot in sorted(shots.iterdir()):
+        print(f"screenshot: {shot}")
