@@ -7,7 +7,6 @@ import time
 
 from k3scale.sweep.planner import Cell
 
-
 # Cells whose best loss fits on the progress line; `k3scale study status` lists all of them.
 SHOWN_CELLS = 6
 
