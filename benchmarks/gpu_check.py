@@ -6,6 +6,8 @@ ratio vs the torch path (and vs fla's `chunk_kda` when fla is installed), and th
 of a peak measured in the same run: memory bandwidth of a large device copy (SiTU, QB) or the bf16
 matmul rate (KDA; FLOPs counted for the chunked algorithm's matmuls). Exit codes: 0 all checks
 pass, 1 a check failed (its row says why), 2 no usable GPU (nothing was run).
+`--compile-only` needs no GPU: it compiles every kernel for sm_90 (or `--arch`) at the realistic
+sizes and prints shared memory, registers and spills, failing if a kernel could not launch.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import statistics
 import sys
 import traceback
@@ -242,10 +245,86 @@ def print_table(rows: list[Row], tflops: float, gbps: float) -> None:
         print(f"{r.op:24} {r.path:8} {ms} {ratio} {r.achieved:>14} {frac} {err} {status}")
 
 
+# Ahead-of-time compile (no GPU needed): shared memory per block on H100/H200 is at most 227 KiB.
+SHARED_LIMIT_BYTES = 227 * 1024
+FLOAT_ARGS = ("scale", "beta", "linear_beta")
+POINTER_TYPES = {
+    "cutoff_expert_ptr": "*i64", "edges_ptr": "*fp64", "counts_ptr": "*i32", "scores_ptr": "*fp32",
+    "cutoff_ptr": "*fp32", "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "g_ptr": "*bf16",
+    "beta_ptr": "*bf16", "o_ptr": "*bf16", "do_ptr": "*bf16", "gate_ptr": "*bf16",
+    "up_ptr": "*bf16", "out_ptr": "*bf16", "grad_out_ptr": "*bf16", "grad_gate_ptr": "*bf16",
+    "grad_up_ptr": "*bf16",
+}  # fmt: skip
+
+
+def kernel_builds(chunk: int) -> list[tuple[object, dict, dict]]:
+    """(kernel, constexprs, launch options) at the realistic sizes (K = V = 128, bf16 inputs)."""
+    from k3scale.ops.kda import triton as kda
+    from k3scale.ops.qb import triton as qb
+    from k3scale.ops.situ import triton as situ
+
+    kda_options = dict(num_warps=kda.NUM_WARPS, num_stages=kda.NUM_STAGES)
+    kda_sizes = dict(K=128, V=128, C=chunk, BK=128)
+    situ_sizes = dict(CAP_UP=True, BLOCK=situ.BLOCK_COLS)
+    return [
+        (situ._situ_glu_fwd_kernel, situ_sizes, {}),
+        (situ._situ_glu_bwd_kernel, situ_sizes, {}),
+        (qb._margin_counts_kernel,
+         dict(NUM_BINS=256, BLOCK_T=qb.BLOCK_TOKENS, BLOCK_E=qb.BLOCK_EXPERTS), {}),
+        (kda._intra_fwd_kernel, dict(kda_sizes, BV=128, P=kda.PAIR_BLOCK), kda_options),
+        (kda._state_fwd_kernel, dict(kda_sizes, BV=kda.VALUE_BLOCK, HAS_INITIAL=True), kda_options),
+        (kda._state_bwd_kernel,
+         dict(kda_sizes, BV=kda.VALUE_BLOCK, HAS_FINAL_GRAD=True), kda_options),
+        (kda._intra_bwd_kernel, dict(kda_sizes, BV=128, P=kda.PAIR_BLOCK), kda_options),
+    ]  # fmt: skip
+
+
+def compile_only(chunk: int, arch: int) -> int:
+    """Compile every kernel for sm_<arch> on this machine; print resources; 1 if one cannot run."""
+    import subprocess
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+    print(f"{'kernel':24} {'shared KiB':>10} registers, spill stack (bytes per thread)")
+    ok = True
+    with TemporaryDirectory() as tmp:
+        for kernel, constexprs, options in kernel_builds(chunk):
+            signature = {
+                name: "constexpr" if name in constexprs
+                else POINTER_TYPES.get(name, "*fp32") if name.endswith("_ptr")
+                else "fp32" if name in FLOAT_ARGS else "i32"
+                for name in kernel.arg_names
+            }  # fmt: skip
+            source = ASTSource(kernel, signature, constexprs=constexprs)
+            compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+            cubin = Path(tmp) / f"{kernel.__name__}.cubin"
+            cubin.write_bytes(compiled.asm["cubin"])
+            usage = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True)
+            usage = " ".join(re.findall(r"(?:REG|STACK):\d+", usage.stdout))
+            fits = compiled.metadata.shared <= SHARED_LIMIT_BYTES
+            ok &= fits
+            status = "" if fits else "  FAIL: over the shared-memory limit"
+            print(f"{kernel.__name__:24} {compiled.metadata.shared / 1024:10.0f} {usage}{status}")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    parser.add_argument(
+        "--compile-only", action="store_true",
+        help="no GPU needed: compile the kernels for sm_<arch> and print their resources",
+    )  # fmt: skip
+    parser.add_argument("--chunk", type=int, default=64, help="KDA chunk for --compile-only")
+    parser.add_argument("--arch", type=int, default=90, help="CUDA arch for --compile-only")
     args = parser.parse_args(argv)
+    if args.compile_only:
+        return compile_only(args.chunk, args.arch)
     if (reason := no_gpu_reason()) is not None:
         print(f"gpu_check: {reason}; nothing was checked.", file=sys.stderr)
         return 2

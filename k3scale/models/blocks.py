@@ -25,7 +25,7 @@ def build_mixer(cfg: ModelConfig, kind: str) -> nn.Module:
     if kind == "mla":
         return MultiHeadLatentAttention(cfg.d_model, cfg.mla, cfg.rms_eps, cfg.init_std)
     if kind == "kda" and isinstance(cfg, K3Config):
-        return KimiDeltaAttention(cfg.d_model, cfg.kda, cfg.rms_eps, cfg.init_std)
+        return KimiDeltaAttention(cfg.d_model, cfg.kda, cfg.rms_eps, cfg.init_std, cfg.backend)
     raise ValueError(f"mixer: {kind!r} is not available for {type(cfg).__name__}")
 
 
@@ -40,6 +40,7 @@ def build_ffn(cfg: ModelConfig, moe_slot: bool) -> nn.Module:
             cfg.situ_linear_beta,
             cfg.init_std,
             cfg.rms_eps,
+            cfg.backend,
         )
     return GLUFeedForward(
         cfg.d_model,
@@ -48,6 +49,7 @@ def build_ffn(cfg: ModelConfig, moe_slot: bool) -> nn.Module:
         cfg.situ_beta,
         cfg.situ_linear_beta,
         cfg.init_std,
+        cfg.backend,
     )
 
 

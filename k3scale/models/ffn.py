@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from k3scale.models.common import linear
-from k3scale.ops.situ import situ_glu, swiglu
+from k3scale.ops.backend import situ_glu_op
+from k3scale.ops.situ import swiglu
 
 
 class GLUFeedForward(nn.Module):
@@ -27,6 +28,7 @@ class GLUFeedForward(nn.Module):
         situ_beta: float,
         situ_linear_beta: float | None,
         init_std: float,
+        backend: str = "torch",
     ) -> None:
         """Args:
         d_model: input and output width.
@@ -35,6 +37,7 @@ class GLUFeedForward(nn.Module):
         situ_beta: SiTU cap of the gate branch (K3: 4.0); used by "situ" only.
         situ_linear_beta: SiTU cap of the up branch (K3: 25.0), None for no cap.
         init_std: std of the normal weight init.
+        backend: "torch" or "triton" (the fused SiTU-GLU kernel).
         """
         super().__init__()
         if activation not in ("swiglu", "situ"):
@@ -42,6 +45,7 @@ class GLUFeedForward(nn.Module):
         self.activation = activation
         self.situ_beta = situ_beta
         self.situ_linear_beta = situ_linear_beta
+        self._situ_glu = situ_glu_op(backend)
         self.w_gate = linear(d_model, d_ff, init_std)
         self.w_up = linear(d_model, d_ff, init_std)
         self.w_down = linear(d_ff, d_model, init_std)
@@ -52,5 +56,5 @@ class GLUFeedForward(nn.Module):
         if self.activation == "swiglu":
             hidden = swiglu(gate, up)
         else:
-            hidden = situ_glu(gate, up, self.situ_beta, self.situ_linear_beta)
+            hidden = self._situ_glu(gate, up, self.situ_beta, self.situ_linear_beta)
         return self.w_down(hidden)

@@ -17,7 +17,8 @@ from torch import nn
 
 from k3scale.models.common import RMSNorm, linear
 from k3scale.models.config import KDAConfig
-from k3scale.ops.kda import chunk_kda, kda_gate_bounded, kda_gate_softplus
+from k3scale.ops.backend import kda_op
+from k3scale.ops.kda import kda_gate_bounded, kda_gate_softplus
 from k3scale.ops.kda.naive import compute_dtype
 
 # fla's in-kernel q/k L2 norm: x / sqrt(sum(x^2) + 1e-6) (architecture.md 1.2 step 3).
@@ -60,9 +61,18 @@ def l2_normalize_heads(x: torch.Tensor) -> torch.Tensor:
 class KimiDeltaAttention(nn.Module):
     """KDA token mixer `[B, T, d_model] -> [B, T, d_model]` (child names per INTERFACES.md 1)."""
 
-    def __init__(self, d_model: int, cfg: KDAConfig, rms_eps: float, init_std: float) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        cfg: KDAConfig,
+        rms_eps: float,
+        init_std: float,
+        backend: str = "torch",
+    ) -> None:
         super().__init__()
         self.cfg = cfg
+        # torch WY/UT chunked path, or the Triton kernels (same signature; ops/backend.py).
+        self._chunk_kda = kda_op(backend)
         num_heads, d_head = cfg.num_heads, cfg.d_head
         width = num_heads * d_head
         self.q_proj = linear(d_model, width, init_std)
@@ -104,7 +114,7 @@ class KimiDeltaAttention(nn.Module):
         q, q_tail = _causal_conv_silu(self.q_conv, self.q_proj(x), tails[0])
         k, k_tail = _causal_conv_silu(self.k_conv, self.k_proj(x), tails[1])
         v, v_tail = _causal_conv_silu(self.v_conv, self.v_proj(x), tails[2])
-        o, recurrent = chunk_kda(
+        o, recurrent = self._chunk_kda(
             l2_normalize_heads(q.view(heads)),
             l2_normalize_heads(k.view(heads)),
             v.view(heads),

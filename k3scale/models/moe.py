@@ -23,21 +23,23 @@ from k3scale.models.common import RMSNorm, linear
 from k3scale.models.config import MoEConfig
 from k3scale.models.ffn import GLUFeedForward
 from k3scale.models.router import Routing, route, sequence_aux_loss
+from k3scale.ops.backend import qb_counts_op, situ_glu_op
 from k3scale.ops.moe import routed_experts
 from k3scale.ops.moe.naive import GluActivation
-from k3scale.ops.qb import margin_counts
-from k3scale.ops.situ import situ_glu, swiglu
+from k3scale.ops.situ import swiglu
 
 
 def glu_activation(
-    activation: str, situ_beta: float, situ_linear_beta: float | None
+    activation: str, situ_beta: float, situ_linear_beta: float | None, backend: str = "torch"
 ) -> GluActivation:
     """The GLU nonlinearity `h = act(gate, up)` named by the model's `activation` field."""
     match activation:
         case "swiglu":
             return swiglu
         case "situ":
-            return functools.partial(situ_glu, beta=situ_beta, linear_beta=situ_linear_beta)
+            return functools.partial(
+                situ_glu_op(backend), beta=situ_beta, linear_beta=situ_linear_beta
+            )
     raise ValueError(f"activation: expected 'swiglu' or 'situ', got {activation!r}")
 
 
@@ -61,10 +63,12 @@ class MoE(nn.Module):
         situ_linear_beta: float | None,
         init_std: float,
         rms_eps: float,
+        backend: str = "torch",
     ) -> None:
         super().__init__()
         self.cfg = cfg
-        self.activation = glu_activation(activation, situ_beta, situ_linear_beta)
+        self.activation = glu_activation(activation, situ_beta, situ_linear_beta, backend)
+        self._margin_counts = qb_counts_op(backend)
         num_experts, width = cfg.num_experts, cfg.d_latent or d_model
         self.router = nn.Linear(d_model, num_experts, bias=False)
         _init_router(self.router, cfg, init_std)
@@ -77,7 +81,7 @@ class MoE(nn.Module):
             # S_sh experts of width f_e summed == one GLU of width S_sh * f_e (concatenated weights).
             d_shared = cfg.num_shared * cfg.d_expert
             self.shared = GLUFeedForward(
-                d_model, d_shared, activation, situ_beta, situ_linear_beta, init_std
+                d_model, d_shared, activation, situ_beta, situ_linear_beta, init_std, backend
             )
         self.latent_down = self.latent_up = self.latent_norm = None
         if cfg.d_latent is not None:
@@ -146,7 +150,7 @@ class MoE(nn.Module):
         flat = routing.expert_idx.reshape(-1)
         self.step_loads += torch.bincount(flat, minlength=self.cfg.num_experts)
         if self.step_margin_counts.shape[1] > 0 and routing.cutoff is not None:
-            self.step_margin_counts += margin_counts(
+            self.step_margin_counts += self._margin_counts(
                 routing.scores,
                 routing.cutoff,
                 routing.cutoff_expert,

@@ -1,0 +1,193 @@
+"""`k3scale bench train`: matmul peak, then tokens/s and MFU of the demo models and dense GPTs.
+
+In one run on 2 threads: the fp32 and bf16 matmul peaks measured now, then each model trained
+for a fixed number of steps by the real `train()` (data loading, Muon/AdamW, balancing, QK-Clip
+included; evaluation excluded from the timing). Throughput is the median of the per-step
+`perf/tokens_per_s` the trainer writes to its replica, after the first (warm-up) step. MFU is
+`flops_per_token(cfg, seq_len)` (training, attention included) times tokens/s over the matmul
+peak of the run's precision.
+
+Models: the K2 and K3 rungs of the demo study (`experiments/k2_vs_k3.py`, preset `demo`: rungs
+t1-t3, seq_len 128) and, for each rung, a dense GPT of the K2 rung's active size: a `K2Config`
+with `moe=None` (a dense MLA transformer with SwiGLU FFNs, same width and depth, FFN width chosen
+to match N_active). The full run adds a ~5M-parameter dense model in fp32 and bf16 autocast, the
+size platform.md section 8 quotes (about 70% of the fp32 peak there).
+
+The training data is the committed sample, prepared in a temporary folder (tokens only feed the
+timing; the models keep their 8192-token vocabulary). Other processes on the machine lower every
+number: the result records the load average before and after.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from k3scale.config import DataConfig, OptimConfig, RunConfig, ScheduleConfig, TrainConfig
+from k3scale.data.sample import prepare_sample
+from k3scale.models import accounting
+from k3scale.models.config import K2Config, ModelConfig
+from k3scale.models.presets import get_preset, k2_config
+from k3scale.track import schema
+from k3scale.track.replica import read_replica
+from k3scale.train.loop import train
+from k3scale.train.perf import measure_matmul_peak, mfu
+
+NUM_THREADS = 2
+# experiments/k2_vs_k3.py, preset "demo": sweeps/ladders.DEMO rungs and seq_len 128.
+DEMO_RUNGS = ("t1", "t2", "t3")
+SEQ_LEN = 128
+# sweeps/spaces.py TINY_CPU batch sizes are (8, 16, 32): the middle one.
+BATCH_SIZE = 16
+# platform.md section 8: "a dense 5M-parameter GPT" (d 256, 8 layers, d_ff 1024 here).
+REFERENCE_DENSE = (256, 8, 1024)
+# (steps per run, seconds per matmul peak); the first step of each run is warm-up.
+SETTINGS = {"full": (12, 1.0), "quick": (4, 0.3)}
+
+
+def dense_like(cfg: K2Config) -> K2Config:
+    """A dense K2-style model with `cfg`'s width and depth and (about) its N_active.
+
+    Every layer gets the dense FFN; its width is solved from the (linear) dependence of
+    N_active on `d_ff_dense`, rounded to a multiple of 8.
+    """
+    target = accounting.num_params_active(cfg)
+    step = 64
+    base = dataclasses.replace(cfg, moe=None, d_ff_dense=step)
+    per_unit = (
+        accounting.num_params_active(dataclasses.replace(base, d_ff_dense=2 * step))
+        - accounting.num_params_active(base)
+    ) / step
+    d_ff = step + (target - accounting.num_params_active(base)) / per_unit
+    return dataclasses.replace(base, d_ff_dense=max(8, round(d_ff / 8) * 8))
+
+
+def reference_dense() -> K2Config:
+    """The ~5M-parameter dense model of platform.md section 8 (N_active with its head)."""
+    d_model, num_layers, d_ff = REFERENCE_DENSE
+    return dataclasses.replace(k2_config(d_model, num_layers), moe=None, d_ff_dense=d_ff)
+
+
+def models(quick: bool) -> list[tuple[str, ModelConfig, str]]:
+    """(name, model config, precision) of every run, smallest first per family."""
+    rungs = DEMO_RUNGS[-1:] if quick else DEMO_RUNGS
+    runs: list[tuple[str, ModelConfig, str]] = []
+    for rung in rungs:
+        k2 = get_preset(f"k2-{rung}")
+        runs.append((f"k2-{rung}", k2, "fp32"))
+        runs.append((f"k3-{rung}", get_preset(f"k3-{rung}"), "fp32"))
+        runs.append((f"dense-{rung}", dense_like(k2), "fp32"))
+    if not quick:
+        runs.append(("dense-5m", reference_dense(), "fp32"))
+        runs.append(("dense-5m-bf16", reference_dense(), "bf16"))
+    return runs
+
+
+def _run_config(model: ModelConfig, data_root: Path, out_dir: Path, steps: int, precision: str):
+    return RunConfig(
+        model=model,
+        data=DataConfig(
+            dataset="sample", root=str(data_root), seq_len=SEQ_LEN, eval_tokens=SEQ_LEN
+        ),
+        optim=OptimConfig(lr=1e-2),
+        schedule=ScheduleConfig(kind="constant"),
+        train=TrainConfig(
+            budget_tokens=steps * BATCH_SIZE * SEQ_LEN,
+            batch_size=BATCH_SIZE,
+            micro_batch_size=BATCH_SIZE,
+            precision=precision,
+            out_dir=str(out_dir),
+            num_threads=NUM_THREADS,
+        ),
+    )
+
+
+def measure_run(
+    name: str, model: ModelConfig, precision: str, peaks: dict, data_root: Path, steps: int
+) -> dict:
+    """Train `model` for `steps` steps with the real trainer; median per-step throughput."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as out_dir:
+        cfg = _run_config(model, data_root, Path(out_dir), steps, precision)
+        result = train(cfg, resume=False)
+        record = read_replica(Path(out_dir))
+    per_step = [v for s, k, v in record.metrics if k == schema.METRIC_TOKENS_PER_S and s > 1]
+    tokens_per_s = statistics.median(per_step)
+    flops_per_token = accounting.flops_per_token(model, SEQ_LEN)
+    return {
+        "name": name,
+        "precision": precision,
+        "d_model": model.d_model,
+        "num_layers": model.num_layers,
+        "n_active": accounting.num_params_active(model),
+        "flops_per_token": flops_per_token,
+        "tokens_per_s": tokens_per_s,
+        "achieved_flops_per_s": flops_per_token * tokens_per_s,
+        "mfu": mfu(flops_per_token, tokens_per_s, peaks[precision]),
+        "steps": result.steps,
+        "status": result.status,
+    }
+
+
+def run(quick: bool) -> dict:
+    """Measure the matmul peaks, then every model's training throughput and MFU.
+
+    Returns:
+        `{"matmul_peak_flops": {"fp32": FLOP/s, "bf16": FLOP/s}, "runs": [{"name",
+        "tokens_per_s", "mfu", "achieved_flops_per_s", ...}], "num_threads", "seq_len",
+        "batch_size", "load_avg_1min": [before, after]}`.
+    """
+    steps, peak_seconds = SETTINGS["quick" if quick else "full"]
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(NUM_THREADS)
+    load_before = os.getloadavg()[0]
+    try:
+        peaks = {
+            "fp32": measure_matmul_peak(torch.float32, seconds=peak_seconds),
+            "bf16": measure_matmul_peak(torch.bfloat16, seconds=peak_seconds),
+        }
+        with tempfile.TemporaryDirectory(prefix="bench-train-data-") as data_root:
+            prepare_sample(Path(data_root))
+            runs = [
+                measure_run(name, model, precision, peaks, Path(data_root), steps)
+                for name, model, precision in models(quick)
+            ]
+    finally:
+        torch.set_num_threads(previous_threads)
+    return {
+        "matmul_peak_flops": peaks,
+        "runs": runs,
+        "num_threads": NUM_THREADS,
+        "seq_len": SEQ_LEN,
+        "batch_size": BATCH_SIZE,
+        "steps": steps,
+        "load_avg_1min": [load_before, os.getloadavg()[0]],
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def render(result: dict) -> str:
+    """The human table: peaks, then one row per model."""
+    peaks = result["matmul_peak_flops"]
+    before, after = result["load_avg_1min"]
+    lines = [
+        f"matmul peak ({result['num_threads']} threads, 1024^2): "
+        f"fp32 {peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s",
+        f"training: seq_len {result['seq_len']}, batch {result['batch_size']} sequences, "
+        f"median of steps 2-{result['steps']}; load average {before:.1f} -> {after:.1f} "
+        f"on {result['cpu_count']} CPUs (other processes lower every number)",
+        "",
+        f"{'model':<14} {'prec':<5} {'d':>4} {'L':>3} {'N_active':>10} {'FLOP/token':>11} "
+        f"{'tokens/s':>9} {'GFLOP/s':>8} {'MFU':>6}",
+    ]
+    for r in result["runs"]:
+        lines.append(
+            f"{r['name']:<14} {r['precision']:<5} {r['d_model']:>4} {r['num_layers']:>3} "
+            f"{r['n_active']:>10,} {r['flops_per_token']:>11,} {r['tokens_per_s']:>9,.0f} "
+            f"{r['achieved_flops_per_s'] / 1e9:>8.2f} {r['mfu']:>6.1%}"
+        )
+    return "\n".join(lines)
