@@ -61,7 +61,8 @@ class BootstrapDraws:
         for j, name in enumerate(self.names):
             col = self.values[:, j]
             col = col[np.isfinite(col)]
-            out[name] = float(np.std(col, ddof=1)) if len(col) > 1 else float("nan")
+            with np.errstate(over="ignore", invalid="ignore"):  # huge draws give an inf SE
+                out[name] = float(np.std(col, ddof=1)) if len(col) > 1 else float("nan")
         return out
 
     def summary(self, level: float = DEFAULT_LEVEL) -> dict:
@@ -92,7 +93,10 @@ def resample_indices(
 
 
 def _refit_chunk(refit: Callable, arrays: Sequence[np.ndarray], chunk: np.ndarray) -> np.ndarray:
-    return np.array([refit(*(a[idx] for a in arrays)) for idx in chunk], dtype=np.float64)
+    # Degenerate resamples overflow; their non-finite results are counted
+    # as failed refits, so the floating-point warnings would only be noise.
+    with np.errstate(all="ignore"):
+        return np.array([refit(*(a[idx] for a in arrays)) for idx in chunk], dtype=np.float64)
 
 
 def run_bootstrap(

@@ -54,12 +54,14 @@ def _multiplier_lines(frontiers: dict) -> list[str]:
             lines.append(f"compute multiplier ({convention}): skipped ({result['skipped']})")
             continue
         baseline = result.get("baseline", "baseline")
-        for point in result.get("multiplier", []):
+        points = result.get("multiplier", [])
+        # The smallest, middle and largest compute of the grid; the dashboard plots all of them.
+        for point in [points[0], points[len(points) // 2], points[-1]] if points else []:
             ci = point.get("ci") or [float("nan"), float("nan")]
             flag = " (extrapolated)" if point.get("extrapolated") else ""
             lines.append(
                 f"compute multiplier {point['group']} over {baseline} ({convention}) at "
-                f"C={point['compute']:.3g}: {point['value']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{flag}"
+                f"C={point['compute']:.3g}: {point['value']:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]{flag}"
             )
         shared = result.get("shared_exponent", {})
         if shared:
@@ -67,7 +69,7 @@ def _multiplier_lines(frontiers: dict) -> list[str]:
             single = shared.get("multiplier")
             ci = shared.get("ci") or [float("nan"), float("nan")]
             value = (
-                f"single multiplier {single:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+                f"single multiplier {single:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]"
                 if single is not None and not shared.get("rejected")
                 else "no single multiplier"
             )

@@ -122,6 +122,15 @@ def cell_optima(runs: pl.DataFrame, opts: StudyOptions) -> list[dict]:
     return out
 
 
+# M(C) is reported on this many log-spaced compute values across the data (a smooth band to plot).
+MULTIPLIER_POINTS = 9
+
+
+def _multiplier_grid(compute: list[float]) -> list[float]:
+    lo, hi = np.log(min(compute)), np.log(max(compute))
+    return np.exp(np.linspace(lo, hi, MULTIPLIER_POINTS)).tolist()
+
+
 def frontiers(optima: list[dict], group_key: str, baseline: str, opts: StudyOptions) -> dict:
     """compare_frontiers over cell optima grouped by `group_key`, once per FLOP convention."""
     groups = [o["cell"][group_key] for o in optima]
@@ -135,6 +144,7 @@ def frontiers(optima: list[dict], group_key: str, baseline: str, opts: StudyOpti
                 [o["loss"] for o in optima],
                 groups,
                 baseline,
+                at=_multiplier_grid([o[conv] for o in optima]),
                 num_resamples=opts.num_resamples,
                 seed=opts.seed,
                 workers=opts.workers,

@@ -181,17 +181,17 @@ def test_resolved_config_is_an_artifact(tracked, mlflow_server, tmp_path):
     assert json.loads(Path(local).read_text()) == json.loads(json.dumps(to_dict(cfg)))
 
 
-def _kill_when_step_reached(replica: Path, pid: int, step: int, killed_at: list[int]) -> None:
+def _kill_when_step_reached(
+    replica: Path, pid: int, step: int, killed_at: list[int], done: threading.Event
+) -> None:
     """Poll the run's replica; SIGKILL the server's process group once `step` is logged."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    while not done.wait(0.01):
         if replica.exists():
             logged = [e["step"] for e in replica_lines(replica) if e["type"] == "metrics"]
             if logged and max(logged) >= step:
                 os.killpg(pid, signal.SIGKILL)
                 killed_at.append(max(logged))
                 return
-        time.sleep(0.01)
 
 
 def test_server_dying_mid_run_loses_no_metric(sample_root, mlflow_server, tmp_path):
@@ -205,14 +205,16 @@ def test_server_dying_mid_run_loses_no_metric(sample_root, mlflow_server, tmp_pa
     # Flush every step so the tracker meets the dead server while training continues.
     cfg = _tracked_run(sample_root, out_dir, dying.url, log_interval_steps=1)
     killed_at: list[int] = []
+    done = threading.Event()
     killer = threading.Thread(
         target=_kill_when_step_reached,
-        args=(out_dir / schema.REPLICA_FILE, dying.pid, 2, killed_at),
+        args=(out_dir / schema.REPLICA_FILE, dying.pid, 2, killed_at, done),
     )
     killer.start()
     try:
         result = train(cfg)
     finally:
+        done.set()
         killer.join()
         dying.stop()
 

@@ -1,0 +1,54 @@
+"""The committed study results: `k3scale fit` on the committed tables reproduces the committed
+fit JSON (everything but the code version that produced it), offline, and the dashboards render."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from k3scale.cli import main
+
+RESULTS = Path(__file__).resolve().parents[2] / "analysis" / "results"
+FOLDERS = sorted(p for p in RESULTS.glob("*") if (p / "runs.parquet").exists())
+
+
+def without_code_version(doc: dict) -> dict:
+    provenance = {k: v for k, v in doc["provenance"].items() if k != "code"}
+    return {**doc, "provenance": provenance}
+
+
+def test_there_are_committed_results_for_both_studies():
+    names = {p.name.rsplit("-", 1)[0] for p in FOLDERS}
+    assert {"cosine_vs_wsd", "k2_vs_k3"} <= names
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_fit_is_reproduced_from_the_committed_tables(folder, tmp_path):
+    analysis = folder.name.rsplit("-", 1)[0]
+    out = tmp_path / "fit.json"
+    assert main(["fit", analysis, "--from", str(folder), "--out", str(out)]) == 0
+    committed = json.loads((folder / "fit.json").read_text())
+    assert without_code_version(json.loads(out.read_text())) == without_code_version(committed)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_dashboard_renders_offline_from_the_committed_tables(folder, tmp_path):
+    analysis = folder.name.rsplit("-", 1)[0]
+    page = tmp_path / "page.html"
+    args = [
+        "dashboard",
+        "--from",
+        str(folder),
+        "--fit",
+        str(folder / "fit.json"),
+        "--layout",
+        analysis,
+    ]
+    assert main([*args, "--out", str(page)]) == 0
+    html = page.read_text()
+    # plotly.js itself mentions its CDN in strings; what matters is that no script loads from it.
+    assert not re.search(r"<script[^>]+src=[\"']https?:", html)
+    assert html.count("Plotly.newPlot(") >= 8
