@@ -10,13 +10,12 @@ Side by side in one run, interleaved repetitions, median process CPU time on one
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from k3scale.bench.timing import median_times
 from k3scale.models.config import KDAConfig, MLAConfig
 from k3scale.models.kda import KimiDeltaAttention, init_dt_bias
 from k3scale.ops.kda import chunk_kda, kda_gate_bounded, naive_recurrent_kda
@@ -28,24 +27,6 @@ BATCH, HEADS, D_HEAD = 1, 4, 64
 # Layer comparison width and the MLA shape that matches it (4 heads, 64-dim values).
 D_MODEL = 256
 MLA_CFG = dict(num_heads=4, kv_lora_rank=128, d_nope=64, d_rope=32, d_v=64, rope=False)
-
-
-def _time_once(fn: Callable[[], object]) -> float:
-    # Process CPU seconds (one thread): time the scheduler gives to other processes on the
-    # shared cores is not counted.
-    start = time.process_time()
-    fn()
-    return time.process_time() - start
-
-
-def _median_times(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    for fn in fns.values():
-        fn()  # warm-up
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            samples[name].append(_time_once(fn))
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _core_inputs(seq_len: int, seed: int = 0) -> list[torch.Tensor]:
@@ -85,7 +66,7 @@ def compare_core(seq_lens: tuple[int, ...], reps: int) -> dict:
     chunk_ms, recurrent_ms, speedup = {}, {}, {}
     for seq_len in seq_lens:
         inputs = _core_inputs(seq_len)
-        times = _median_times(
+        times = median_times(
             {
                 "chunk": _core_step(chunk_kda, inputs),
                 "recurrent": _core_step(naive_recurrent_kda, inputs),
@@ -116,7 +97,7 @@ def compare_layers(seq_lens: tuple[int, ...], reps: int) -> dict:
     kda_ms, mla_ms, ratio = {}, {}, {}
     for seq_len in seq_lens:
         x = torch.randn(1, seq_len, D_MODEL)
-        times = _median_times({"kda": _layer_step(kda, x), "mla": _layer_step(mla, x)}, reps)
+        times = median_times({"kda": _layer_step(kda, x), "mla": _layer_step(mla, x)}, reps)
         kda_ms[str(seq_len)] = 1e3 * times["kda"]
         mla_ms[str(seq_len)] = 1e3 * times["mla"]
         ratio[str(seq_len)] = times["kda"] / times["mla"]

@@ -12,11 +12,11 @@ Side by side in one run, interleaved repetitions, median CPU times on one thread
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
+from k3scale.bench.timing import median_times, time_once
 from k3scale.models.balancing import update_balancing
 from k3scale.models.config import MoEConfig
 from k3scale.models.ffn import GLUFeedForward
@@ -36,24 +36,6 @@ def active_params(d_model: int, cfg: MoEConfig) -> int:
     if cfg.d_latent is not None:
         count += 2 * d_model * cfg.d_latent + (cfg.d_latent if cfg.latent_norm else 0)
     return count
-
-
-def _time_once(fn: Callable[[], object]) -> float:
-    # CPU seconds of this process (one thread): time the scheduler gives to other processes on
-    # shared cores is not counted, which made wall-clock ratios swing by 2x.
-    start = time.process_time()
-    fn()
-    return time.process_time() - start
-
-
-def _median_times(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    for fn in fns.values():
-        fn()  # warm-up
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            samples[name].append(_time_once(fn))
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _train_step(module: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -90,7 +72,7 @@ def compare_family(family: str, size: str, num_tokens: int, reps: int) -> dict:
     )
     x = torch.randn(1, num_tokens, d_model)
     moe.train()
-    times = _median_times({"moe": _train_step(moe, x), "dense": _train_step(dense, x)}, reps)
+    times = median_times({"moe": _train_step(moe, x), "dense": _train_step(dense, x)}, reps)
     update_balancing(moe)
     return {
         "preset": f"{family}-{size}",
@@ -124,11 +106,11 @@ def qb_costs(moe: MoE, x: torch.Tensor, step_s: float, reps: int) -> dict:
         update_balancing(moe)
 
     record()
-    times = _median_times({"record": record}, reps)
+    times = median_times({"record": record}, reps)
     update_samples = []
     for _ in range(reps):
         record()  # the update must see a step's worth of counts
-        update_samples.append(_time_once(fill_and_update))
+        update_samples.append(time_once(fill_and_update))
     update_s = statistics.median(update_samples)
     return {
         "qb_update_over_step": update_s / step_s,
