@@ -7,34 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Triton reads TRITON_INTERPRET when it decorates the kernels (at the imports below) and when it
-# launches them: set it for both (an explicit setting wins), but only for this module's tests, so
-# the rest of the session sees the environment it started with.
-SET_INTERPRET = "TRITON_INTERPRET" not in os.environ
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+from tests.ops.triton_interpret import interpreted, launch_interpreted
 
-pytest.importorskip("triton")
-
-from k3scale.errors import K3ScaleError  # noqa: E402
-from k3scale.ops import backend  # noqa: E402
-from k3scale.ops.kda.chunk import chunk_kda  # noqa: E402
-from k3scale.ops.qb.histogram import margin_counts  # noqa: E402
-from k3scale.ops.situ.naive import situ_glu  # noqa: E402
-
-if SET_INTERPRET:
-    del os.environ["TRITON_INTERPRET"]
-
+# Triton reads TRITON_INTERPRET at import and when kernels are decorated (in this block) and
+# at launch (the fixture below).
+with interpreted() as SET_INTERPRET:
+    pytest.importorskip("triton")
+    from k3scale.errors import K3ScaleError
+    from k3scale.ops import backend
+    from k3scale.ops.kda.chunk import chunk_kda
+    from k3scale.ops.qb.histogram import margin_counts
+    from k3scale.ops.situ.naive import situ_glu
 
 pytestmark = pytest.mark.triton
-
-
-@pytest.fixture(autouse=True)
-def interpret_triton(monkeypatch):
-    if SET_INTERPRET:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+interpret_triton = launch_interpreted(SET_INTERPRET)
 
 
 REPO = Path(__file__).resolve().parents[2]

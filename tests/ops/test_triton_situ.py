@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import os
+import pytest
+import torch
 
-# Triton reads TRITON_INTERPRET when it decorates the kernels (at the imports below) and when it
-# launches them: set it for both (an explicit setting wins), but only for this module's tests, so
-# the rest of the session sees the environment it started with.
-SET_INTERPRET = "TRITON_INTERPRET" not in os.environ
-os.environ.setdefault("TRITON_INTERPRET", "1")
+from tests.ops.triton_interpret import interpreted, launch_interpreted
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-pytest.importorskip("triton")
-
-from k3scale.ops.situ.naive import situ_glu  # noqa: E402
-from k3scale.ops.situ.triton import situ_glu_triton  # noqa: E402
-
-if SET_INTERPRET:
-    del os.environ["TRITON_INTERPRET"]
-
+# Triton reads TRITON_INTERPRET at import and when kernels are decorated (in this block) and
+# at launch (the fixture below).
+with interpreted() as SET_INTERPRET:
+    pytest.importorskip("triton")
+    from k3scale.ops.situ.naive import situ_glu
+    from k3scale.ops.situ.triton import situ_glu_triton
 
 pytestmark = pytest.mark.triton
-
-
-@pytest.fixture(autouse=True)
-def interpret_triton(monkeypatch):
-    if SET_INTERPRET:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+interpret_triton = launch_interpreted(SET_INTERPRET)
 
 
 # Relative RMS vs fp64: fp32 math inside (observed ~1e-7); bf16 I/O rounds to 8 mantissa bits.
