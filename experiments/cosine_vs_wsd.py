@@ -26,7 +26,7 @@ STUDY = Study(
         # Two budgets so WSD trunks and branches run even in the smoke preset.
         "smoke": presets.smoke(sizes(ladders.SMOKE), budgets=(16_384, 32_768)),
         "demo": presets.demo(sizes(ladders.DEMO)),
-        "cpu": presets.cpu(sizes(ladders.CPU)),
+        "cpu": presets.cpu(sizes(ladders.CPU_SCHEDULES), trials_per_cell=6),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

@@ -22,6 +22,11 @@ _ENTRY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "TOKENIZERS_PARALLELISM": "false",
+    # glibc reads this only at process start, so it reaches the processes an entry point
+    # starts (Ray's workers, servers), not the entry point itself. Transparent huge pages for
+    # large allocations made k3-t3 training steps 1.02-1.11x faster at full load here
+    # (interleaved A/B of `k3scale train`); glibc < 2.35 ignores the setting.
+    "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
 }
 
 

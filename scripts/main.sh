@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABLE_TELEMETRY=true
+# Huge pages for large allocations (k3scale/cli.py _ENTRY_ENV says why); read at process start.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 preset=${PRESET:-demo}
 start=$(date +%s)
 bash scripts/setup.sh

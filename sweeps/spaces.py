@@ -14,8 +14,8 @@ DEMO = SearchSpace(lr_low=3e-3, lr_high=6e-2, batch_sizes=(4, 8, 16))
 TINY_CPU = SearchSpace(lr_low=2e-3, lr_high=6e-2, batch_sizes=(8, 16, 32))
 """Models of 10^4-10^6 non-embedding parameters trained on 10^5-10^6 tokens."""
 
-SMALL_CPU = SearchSpace(lr_low=1e-3, lr_high=3e-2, batch_sizes=(16, 32, 64))
-"""The overnight CPU ladder."""
+SMALL_CPU = SearchSpace(lr_low=2e-3, lr_high=6e-2, batch_sizes=(8, 16, 32))
+"""The reference CPU ladder: 128-token sequences, budgets of 0.5-2 x 10^5 tokens."""
 
 GPU = SearchSpace(lr_low=3e-4, lr_high=1e-2, batch_sizes=(64, 128, 256, 512))
 """Ladders of 10^7-10^9 active parameters on one GPU or a cluster."""

@@ -108,8 +108,8 @@ def test_strong_decay_uses_short_tiles_and_stays_exact():
     inputs = make_inputs(40, "logsigmoid", torch.float64, seed=5)
     inputs["g"] = -60 * torch.rand(inputs["g"].shape, dtype=torch.float64)
     g_chunk = inputs["g"][:, :16].transpose(1, 2)  # one 16-token chunk, [B, H, C, K]
-    assert _log_decay_plan(g_chunk)[0] < 16
     G = g_chunk.cumsum(-2)
+    assert _log_decay_plan(G)[0] < 16
     assert (G[..., 0, :] - G[..., -1, :]).max() > MAX_TILE_LOG_RANGE
     o_ref, state_ref = naive_recurrent_kda(**inputs, output_final_state=True)
     o, state = chunk_kda(**inputs, output_final_state=True, chunk_size=16)
@@ -130,7 +130,7 @@ def test_fp32_chunk_is_as_accurate_as_fp32_recurrence(gate, log_dtype):
     inputs = make_inputs(128, gate, torch.float64, seed=21, heads=2, d_key=16)
     inputs32 = {n: x.float() for n, x in inputs.items()}
     g_chunks = inputs32["g"].transpose(1, 2).unflatten(2, (2, 64))  # [B, H, N, C, K]
-    assert _log_decay_plan(g_chunks)[1] == log_dtype
+    assert _log_decay_plan(g_chunks.cumsum(-2))[1] == log_dtype
     truth = run_with_grads(naive_recurrent_kda, inputs, use_initial_state=True)
     naive = run_with_grads(naive_recurrent_kda, inputs32, use_initial_state=True)
     chunked = run_with_grads(chunk_kda, inputs32, use_initial_state=True)

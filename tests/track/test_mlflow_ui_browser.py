@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from k3scale.data.sample import prepare_sample
 from k3scale.track import schema
 from tests.sweep.test_study_runs import K2_VS_K3, mlflow_runs, run_to_end
+from tests.track.ui_server import read_ui_url
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 # A busy 2-core machine: server start and the UI's first render can each take tens of seconds.
-SERVER_START_S = 120
 UI_WAIT_MS = 90_000
 # Wide enough that the added tag columns are rendered next to the default ones.
 VIEWPORT = {"width": 2400, "height": 1000}
@@ -67,7 +66,7 @@ def study_ui(study_dir: Path) -> Iterator[str]:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        yield read_url(process)
+        yield read_ui_url(process)
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=60)
         assert process.returncode == 0 and "stopped" in out, out
@@ -75,20 +74,6 @@ def study_ui(study_dir: Path) -> Iterator[str]:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-
-
-def read_url(process: subprocess.Popen) -> str:
-    deadline = time.monotonic() + SERVER_START_S
-    seen = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        seen.append(line)
-        found = re.search(r"tracking URI: (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            return found.group(1)
-    raise AssertionError(f"`k3scale ui` printed no URL: {''.join(seen)}")
 
 
 def tag_cell(page, run_id: str, tag: str):

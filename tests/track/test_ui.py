@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 
 from k3scale.track.server import server_answers
-
-START_WAIT_S = 120
-
-
-def _read_url(process) -> str:
-    deadline = time.monotonic() + START_WAIT_S
-    seen = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        seen.append(line)
-        found = re.search(r"tracking URI: (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            return found.group(1)
-    raise AssertionError(f"no URL printed: {seen!r} / {process.stderr.read()!r}")
+from tests.track.ui_server import read_ui_url
 
 
 def test_ui_starts_the_study_server_and_stops_on_ctrl_c(tmp_path):
@@ -44,7 +27,7 @@ def test_ui_starts_the_study_server_and_stops_on_ctrl_c(tmp_path):
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        url = _read_url(process)
+        url = read_ui_url(process)
         assert server_answers(url)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)

@@ -38,7 +38,7 @@ def _to_chunks(x: torch.Tensor, num_chunks: int, chunk: int) -> torch.Tensor:
     return x.reshape(*x.shape[:2], num_chunks, chunk, *x.shape[3:])
 
 
-def _log_decay_plan(g: torch.Tensor) -> tuple[int, torch.dtype]:
+def _log_decay_plan(G: torch.Tensor) -> tuple[int, torch.dtype]:
     """Tile length for the pair scores, and the dtype of the log-decay bookkeeping.
 
     Tile: the longest of C, C/2, ... (while even, then 1) whose range (max over channels of G
@@ -48,18 +48,17 @@ def _log_decay_plan(g: torch.Tensor) -> tuple[int, torch.dtype]:
     stronger decay (G reaches -1e3 under unbounded gates) they would lose ~1e-4, so use fp64.
 
     Args:
-        g: log decay `[..., C, K]` in the compute dtype.
+        G: cumulative log decay inside each chunk `[..., C, K]` in the compute dtype.
     """
-    chunk = tile = g.shape[-2]
+    chunk = tile = G.shape[-2]
     with torch.no_grad():
-        G = g.cumsum(dim=-2)
         while tile > 1:
             G_tiles = G.unflatten(-2, (chunk // tile, tile))
             if (G_tiles[..., 0, :] - G_tiles[..., -1, :]).max() <= MAX_TILE_LOG_RANGE:
                 break
             tile = tile // 2 if tile % 2 == 0 else 1
         weak_decay = (-G[..., -1, :]).max() <= MAX_TILE_LOG_RANGE
-    return tile, (g.dtype if weak_decay else torch.float64)
+    return tile, (G.dtype if weak_decay else torch.float64)
 
 
 def _decayed_pair_scores(
@@ -105,6 +104,32 @@ def _chunk_length(seq_len: int, chunk_size: int) -> int:
     return min(chunk_size, -(-seq_len // SHORT_CHUNK_MULTIPLE) * SHORT_CHUNK_MULTIPLE)
 
 
+class _UnitLowerInverse(torch.autograd.Function):
+    """`(I + A)^-1` for strictly lower-triangular `A` `[..., C, C]`.
+
+    Autograd through `solve_triangular` would run a second solve in the backward; with the
+    inverse at hand the adjoint is two matmuls: dL/dA = -M^T (dL/dM) M^T. Entries of the result
+    outside the strict lower triangle are meaningless; the caller built `A` through a mask,
+    whose backward zeroes them.
+    """
+
+    @staticmethod
+    def forward(ctx, strictly_lower: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
+        # unitriangular=True reads neither the diagonal nor the upper triangle of the matrix.
+        rhs = eye.expand_as(strictly_lower)
+        inverse = torch.linalg.solve_triangular(
+            strictly_lower, rhs, upper=False, unitriangular=True
+        )
+        ctx.save_for_backward(inverse)
+        return inverse
+
+    @staticmethod
+    def backward(ctx, grad_inverse: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (inverse,) = ctx.saved_tensors
+        inverse_t = inverse.transpose(-1, -2)
+        return -(inverse_t @ grad_inverse @ inverse_t), None
+
+
 class _ChunkTerms(NamedTuple):
     """State-independent terms of every chunk, `[B, H, N, ...]` (README.md next to this file)."""
 
@@ -125,9 +150,11 @@ def _chunk_terms(
         q: scaled queries `[B, H, N, C, K]`; k: keys `[B, H, N, C, K]`; v: values
             `[B, H, N, C, V]`; g: log decay `[B, H, N, C, K]`; beta: `[B, H, N, C, 1]`.
     """
-    d_key, chunk = k.shape[-1], k.shape[-2]
-    tile, log_dtype = _log_decay_plan(g)
-    G = g.to(log_dtype).cumsum(dim=-2)  # non-increasing along C
+    chunk = k.shape[-2]
+    G = g.cumsum(dim=-2)  # non-increasing along C
+    tile, log_dtype = _log_decay_plan(G)
+    if log_dtype != G.dtype:
+        G = g.to(log_dtype).cumsum(dim=-2)
     kk, qk = _decayed_pair_scores([k, q], k, G, tile)  # [B, H, N, C, C] each
     # Masks as products: torch.tril costs milliseconds even on tiny CPU tensors (torch 2.13).
     position = torch.arange(chunk, device=k.device)
@@ -135,16 +162,15 @@ def _chunk_terms(
     eye = torch.eye(chunk, dtype=k.dtype, device=k.device)
     A_kk = beta * kk * (lower - eye)  # strictly lower
 
-    # UT transform: (I + A_kk) [W U] = Diag(beta) [exp(G) * K, V], all chunks in one solve.
+    # UT transform: W = M Diag(beta) (exp(G) * K), U = M Diag(beta) V, M = (I + A_kk)^-1.
     gamma = torch.exp(G.to(k.dtype))
-    rhs = beta * torch.cat([gamma * k, v], dim=-1)
-    WU = torch.linalg.solve_triangular(eye + A_kk, rhs, upper=False, unitriangular=True)
+    inverse = _UnitLowerInverse.apply(A_kk, eye)
     k_decayed = k * torch.exp((G[..., -1:, :] - G).to(k.dtype))
     return _ChunkTerms(
         q_decayed=q * gamma,
         A_qk=qk * lower,  # diagonal kept: the output reads the updated state
-        W=WU[..., :d_key],
-        U=WU[..., d_key:],
+        W=inverse @ (beta * gamma * k),
+        U=inverse @ (beta * v),
         k_decayed=k_decayed.transpose(-1, -2),
         decay_last=gamma[..., -1, :].unsqueeze(-1),
     )
@@ -194,20 +220,9 @@ def chunk_kda(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """KDA over chunks of `chunk_size` tokens; equals `naive_recurrent_kda` for any T.
 
-    Args:
-        q: queries `[B, T, H, K]` (the caller L2-normalises q and k).
-        k: keys `[B, T, H, K]`.
-        v: values `[B, T, H, V]`.
-        g: log decay `[B, T, H, K]`, already activated (<= 0).
-        beta: write strengths `[B, T, H]` in (0, 1).
-        scale: query scale; default `K ** -0.5`.
-        initial_state: state entering token 0, `[B, H, K, V]` key-major; default zeros.
-        output_final_state: also return the state after the last token.
-        chunk_size: tokens per chunk C (a free parameter of the algorithm; results are invariant).
-
-    Returns:
-        `(o, S)`: `o [B, T, H, V]` in `v.dtype`; `S [B, H, K, V]` in the compute dtype (fp32,
-        fp64 for fp64 inputs), or None.
+    Arguments and shapes as `naive_recurrent_kda`, plus `chunk_size`: tokens per chunk C (a free
+    parameter of the algorithm; results are invariant). Returns `(o, S)`: `o [B, T, H, V]` in
+    `v.dtype`; `S [B, H, K, V]` in the compute dtype (fp32, fp64 for fp64 inputs), or None.
     """
     check_kda_shapes(q, k, v, g, beta, initial_state)
     batch, seq_len, num_heads, d_key = q.shape

@@ -453,19 +453,8 @@ def chunk_kda_triton(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """KDA over chunks in Triton kernels (forward and backward); same contract as `chunk_kda`.
 
-    Args:
-        q: queries `[B, T, H, K]` (the caller L2-normalises q and k); fp32, bf16 or fp16.
-        k: keys `[B, T, H, K]`.
-        v: values `[B, T, H, V]`.
-        g: log decay `[B, T, H, K]`, already activated (<= 0); bounded or unbounded gates.
-        beta: write strengths `[B, T, H]` in (0, 1).
-        scale: query scale; default `K ** -0.5`.
-        initial_state: state entering token 0, `[B, H, K, V]` key-major; default zeros.
-        output_final_state: also return the state after the last token.
-        chunk_size: tokens per chunk C, a power of two >= 16 (short sequences use less).
-
-    Returns:
-        `(o, S)`: `o [B, T, H, V]` in `v.dtype`; `S [B, H, K, V]` fp32, or None.
+    Inputs in fp32, bf16 or fp16, bounded or unbounded gates; `chunk_size` a power of two >= 16
+    (short sequences use less). The final state `S` is fp32.
     """
     check_kda_shapes(q, k, v, g, beta, initial_state)
     if q.shape[1] < 1:
