@@ -26,14 +26,15 @@ from k3scale.models.config import K2Config, K3Config, ModelConfig
 from k3scale.models.mla import MultiHeadLatentAttention
 from k3scale.models.moe import MoE
 from k3scale.models.mtp import MultiTokenPrediction, token_cross_entropy
+from k3scale.ops.head_ce import head_cross_entropy
 
 
 @dataclass(frozen=True)
 class ModelOutput:
     """What a forward returns; losses are None when no targets were given."""
 
-    logits: torch.Tensor
-    """`[B, T, V]` main-head logits."""
+    logits: torch.Tensor | None
+    """`[B, T, V]` main-head logits; None when the caller asked for the losses only."""
     loss: torch.Tensor | None
     """Scalar training loss: main CE + MoE aux losses + mtp_lambda * MTP CE."""
     ce_loss: torch.Tensor | None
@@ -74,21 +75,38 @@ class DecoderLM(nn.Module):
             state.add_ffn_output(layer.feed_forward(state.ffn_input(i, layer.ffn_site)))
         return state.output(self.output_site)
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
+    def forward(
+        self, tokens: torch.Tensor, targets: torch.Tensor | None = None, with_logits: bool = True
+    ) -> ModelOutput:
         """Logits and, with targets, the losses.
 
         Args:
             tokens: `[B, T]` int64 input tokens.
             targets: `[B, T]` int64 next tokens (`targets[:, i] = tokens[:, i+1]` in the window).
+            with_logits: False (with targets) skips the full logits where the chunked head
+                cross-entropy applies (fp32/fp64 without autocast): the training and eval path.
 
         Returns:
-            ModelOutput with `logits [B, T, V]`.
+            ModelOutput with `logits [B, T, V]` (or None, see `with_logits`).
         """
         hidden = self.hidden_states(tokens)
-        logits = self.head(self.final_norm(hidden))
+        normed = self.final_norm(hidden)
+        chunked = (
+            targets is not None
+            and not with_logits
+            and normed.dtype == self.head.weight.dtype
+            and normed.dtype in (torch.float32, torch.float64)
+            and not torch.is_autocast_enabled(normed.device.type)
+        )
+        if chunked:
+            logits = None
+            ce_loss = head_cross_entropy(normed.flatten(0, 1), self.head.weight, targets.flatten())
+        else:
+            logits = self.head(normed)
         if targets is None:
             return ModelOutput(logits=logits, loss=None, ce_loss=None, mtp_loss=None)
-        ce_loss = token_cross_entropy(logits, targets)
+        if not chunked:
+            ce_loss = token_cross_entropy(logits, targets)
         mtp_loss = None
         if self.mtp is not None:
             mtp_loss = self.mtp(hidden, targets, self.embed, self.final_norm, self.head)

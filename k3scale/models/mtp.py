@@ -80,5 +80,7 @@ class MultiTokenPrediction(nn.Module):
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy in fp32: `logits [B, T, V]`, `targets [B, T]` -> scalar."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    """Mean next-token cross-entropy in fp32 (fp64 for fp64 logits): `logits [B, T, V]`,
+    `targets [B, T]` -> scalar."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())

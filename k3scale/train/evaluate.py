@@ -21,7 +21,7 @@ def mean_loss(
         for start in range(0, len(windows), micro_batch_size):
             batch = torch.from_numpy(windows[start : start + micro_batch_size].astype(np.int64))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                out = model(batch[:, :-1], targets=batch[:, 1:])
+                out = model(batch[:, :-1], targets=batch[:, 1:], with_logits=False)
             tokens = batch[:, 1:].numel()
             total += float(out.ce_loss) * tokens
             count += tokens

@@ -268,7 +268,7 @@ def _train_step(
     ce_total = 0.0
     for micro in batch.chunk(plan.micro_steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = model(micro[:, :-1], targets=micro[:, 1:])
+            out = model(micro[:, :-1], targets=micro[:, 1:], with_logits=False)
         (out.loss / plan.micro_steps).backward()
         ce_total += float(out.ce_loss.detach()) / plan.micro_steps
     average_gradients(model)
