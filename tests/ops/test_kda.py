@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from k3scale.ops.kda import chunk_kda, kda_gate_bounded, kda_gate_softplus, naive_recurrent_kda
-from k3scale.ops.kda.chunk import MAX_TILE_LOG_RANGE, _log_decay_plan
+from k3scale.ops.kda.chunk import (
+    MAX_TILE_LOG_RANGE,
+    _decay_terms,
+    _decayed_pair_scores,
+    _log_decay_plan,
+    _single_tile_scores,
+)
 
 # Relative RMS error bounds. fp64: observed ~1e-15. fp32: both paths round differently; observed
 # <= 1e-6 (each within ~5e-7 of an fp64 reference), bound 1e-5 as architecture.md 1.5 asks.
@@ -171,3 +177,18 @@ def test_bad_shapes_name_the_argument(fn):
 def test_bad_chunk_size():
     with pytest.raises(ValueError, match="chunk_size"):
         chunk_kda(**make_inputs(5, "bounded", torch.float32, seed=0), chunk_size=0)
+
+
+def test_single_tile_factorisation_equals_the_general_tiled_path():
+    """Mild decays: scores and decay terms from `_single_tile_scores` equal the general path's."""
+    inputs = make_inputs(64, "logsigmoid", torch.float64, seed=8)
+    q, k, g = (inputs[n].transpose(1, 2) for n in ("q", "k", "g"))  # one 64-token chunk
+    G = g.cumsum(-2)
+    assert _log_decay_plan(G)[0] == 64
+    kk, qk, decayed = _single_tile_scores(q, k, G)
+    kk_ref, qk_ref = _decayed_pair_scores([k, q], k, G, tile=64)
+    lower = torch.ones(64, 64, dtype=torch.float64).tril()
+    assert rel_rms(kk * lower, kk_ref * lower) < 1e-13
+    assert rel_rms(qk * lower, qk_ref * lower) < 1e-13
+    for got, ref in zip(decayed, _decay_terms(q, k, G)):
+        assert rel_rms(got, ref) < 1e-13
