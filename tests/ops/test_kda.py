@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -65,8 +67,9 @@ def run_with_grads(fn, inputs: dict, use_initial_state: bool, seed: int = 1) -> 
         leaves.pop("initial_state")
     o, state = fn(**leaves, output_final_state=True)
     gen = torch.Generator().manual_seed(seed)
-    d_o = torch.randn(o.shape, generator=gen, dtype=o.dtype)
-    d_state = torch.randn(state.shape, generator=gen, dtype=state.dtype)
+    # Drawn in fp64 and cast: fp32 and fp64 runs get the same cotangents to compare against.
+    d_o = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype)
+    d_state = torch.randn(state.shape, generator=gen, dtype=torch.float64).to(state.dtype)
     ((o * d_o).sum() + (state * d_state).sum()).backward()
     return {"o": o, "final_state": state} | {f"d{n}": x.grad for n, x in leaves.items()}
 
@@ -192,3 +195,21 @@ def test_single_tile_factorisation_equals_the_general_tiled_path():
     assert rel_rms(qk * lower, qk_ref * lower) < 1e-13
     for got, ref in zip(decayed, _decay_terms(q, k, G)):
         assert rel_rms(got, ref) < 1e-13
+
+
+def test_fp32_gradients_stay_finite_under_strong_single_tile_decay():
+    """16-token chunks whose decay ranges (up to ~58) still fit one tile: fp32 grads are finite
+    and exact. exp(-45) squared overflows fp32 when divided by; a backward that squares the decay
+    factor gives NaN in dg here.
+    """
+    inputs = make_inputs(32, "logsigmoid", torch.float64, seed=9)
+    gen = torch.Generator().manual_seed(10)
+    inputs["g"] = -2.5 - 1.4 * torch.rand(inputs["g"].shape, generator=gen, dtype=torch.float64)
+    G = inputs["g"][:, :16].transpose(1, 2).cumsum(-2)
+    assert _log_decay_plan(G.float())[0] == 16
+    truth = run_with_grads(naive_recurrent_kda, inputs, use_initial_state=True)
+    inputs32 = {n: x.float() for n, x in inputs.items()}
+    chunked = run_with_grads(functools.partial(chunk_kda, chunk_size=16), inputs32, True)
+    for name, got in chunked.items():
+        assert torch.isfinite(got).all(), name
+        assert rel_rms(got.double(), truth[name]) < 1e-5, name

@@ -209,12 +209,15 @@ def _single_tile_scores(
     Every decay factors around the chunk's first position: with `R = exp(G - G_1)` in
     `[e^-MAX_TILE_LOG_RANGE, 1]`, the scores are `(K * R)(K / R)^T` and `(Q * R)(K / R)^T`, and
     the decay terms reuse the same three products (`exp(G) = exp(G_1) R`,
-    `exp(G_C - G) = R_C / R`): eight elementwise ops on chunk-sized tensors instead of the
+    `exp(G_C - G) = R_C / R`): ten elementwise ops on chunk-sized tensors instead of the
     general path's thirteen, and as many fewer in the backward.
     """
     first = torch.exp(G[..., :1, :])  # exp(G_1), [..., 1, K]
-    relative = torch.exp(G - G[..., :1, :])
-    k_row, q_row, k_col = k * relative, q * relative, k / relative
+    log_relative = G - G[..., :1, :]
+    relative = torch.exp(log_relative)
+    # Not k / relative: its backward squares `relative`, which underflows fp32 below e^-52.
+    k_col = k * torch.exp(-log_relative)
+    k_row, q_row = k * relative, q * relative
     k_col_t = k_col.transpose(-1, -2)
     decayed = _DecayTerms(
         q_decayed=q_row * first,
