@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 # Rows per chunk: 128 x 8192 fp32 logits = 4 MiB. Against the plain path, fwd+bwd of 2048 rows
-# at V 8192 on one thread (min of 7, under load): d 16: 2.4x; d 64: 1.8x; d 128: 1.4x. 32 and
-# 64 rows were up to 10% better at d 16 and worse above; 256 worse everywhere.
+# at V 8192 on one thread (min of 7, two runs under load): d 16: 2.4x; d 64: 1.6-1.8x; d 128:
+# 1.3-1.4x. 32 and 64 rows were up to 10% better at d 16 and worse above; 256 worse everywhere.
 CHUNK_ROWS = 128
 
 
@@ -24,6 +24,18 @@ def _chunk_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
     lse = torch.logsumexp(logits, dim=-1)
     picked = logits.gather(1, targets[:, None]).squeeze(1)
     return (lse - picked).sum(), lse
+
+
+def _nll_into_gradient(logits: torch.Tensor, targets: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """Summed NLL of one chunk; turns `logits` in place into d(mean NLL)/d(logits), that is
+    `(softmax - onehot) / num_rows`, with one exp pass (logsumexp would add a second)."""
+    row_max = logits.max(dim=-1, keepdim=True).values
+    picked = logits.gather(1, targets[:, None])
+    sums = logits.sub_(row_max).exp_().sum(dim=-1, keepdim=True)
+    nll = (sums.log() + row_max - picked).sum()
+    logits.div_(sums * num_rows)
+    logits[torch.arange(len(logits)), targets] -= 1.0 / num_rows
+    return nll
 
 
 class _HeadCrossEntropy(torch.autograd.Function):
@@ -37,12 +49,8 @@ class _HeadCrossEntropy(torch.autograd.Function):
             rows = hidden[start : start + chunk_rows]
             chunk_targets = targets[start : start + chunk_rows]
             logits = rows @ weight.T
-            nll, lse = _chunk_nll(logits, chunk_targets)
-            total += nll
-            # d(mean NLL)/d(logits) = (softmax - onehot) / N, built in place.
-            probs = logits.sub_(lse[:, None]).exp_()
-            probs[torch.arange(len(rows)), chunk_targets] -= 1.0
-            probs.div_(num_rows)
+            total += _nll_into_gradient(logits, chunk_targets, num_rows)
+            probs = logits
             torch.mm(probs, weight, out=grad_hidden[start : start + chunk_rows])
             grad_weight.addmm_(probs.T, rows)
         ctx.save_for_backward(grad_hidden, grad_weight)
