@@ -2,9 +2,10 @@
 
 Side by side in one run, interleaved repetitions, median CPU times on one thread:
 * forward+backward tokens/s of one MoE layer (training mode, statistics recorded) for the K2 and
-  K3 ladder configs of `k3scale.models.presets`, over that of a dense GLU FFN whose width gives the
-  same ACTIVE parameter count (router, shared experts, k routed experts, latent projections).
-  The ratio is the price of routing and dispatch; target >= 0.5.
+  K3 rungs of the demo study (t1-t3; the full run adds t5), over that of a dense GLU FFN whose
+  width gives the same ACTIVE parameter count (router, shared experts, k routed experts, latent
+  projections). The ratio is the price of routing and dispatch; target >= 0.5 at the demo sizes.
+  The top-level `k2`/`k3` entries are the demo's largest rung, t3.
 * the cost of one `update_balancing` (Quantile Balancing, histogram threshold) over one training
   step (forward+backward) of the K3 layer, plus the per-forward cost of recording QB counts.
 """
@@ -23,8 +24,14 @@ from k3scale.models.ffn import GLUFeedForward
 from k3scale.models.moe import MoE
 from k3scale.models.presets import get_preset
 
-# Full run: the t5 rungs (d = 256); quick: t3 (d = 64). Tokens per step of the layer.
-PRESETS = {"full": ("t5", 8192, 9), "quick": ("t3", 2048, 7)}
+# The target's sizes: the demo study's rungs (sweeps/ladders.DEMO); its largest is the headline.
+DEMO_RUNGS = ("t1", "t2", "t3")
+HEADLINE_RUNG = "t3"
+# (rungs, repetitions) per mode; the full run adds t5 (d = 256) to show the trend with width.
+SETTINGS = {"full": ((*DEMO_RUNGS, "t5"), 9), "quick": ((HEADLINE_RUNG,), 7)}
+# Tokens per layer call: two demo micro-batches (16 x 64), more for the wider t5.
+TOKENS = {"t5": 8192}
+DEFAULT_TOKENS = 2048
 
 
 def active_params(d_model: int, cfg: MoEConfig) -> int:
@@ -126,23 +133,27 @@ def run(quick: bool) -> dict:
     Runs on one thread: on shared cores, intra-op threads spin against other processes and
     made small layers 10-30x slower and erratic (measured at load 6 on 2 cores).
     """
-    size, num_tokens, reps = PRESETS["quick" if quick else "full"]
+    rungs, reps = SETTINGS["quick" if quick else "full"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _measure(size, num_tokens, reps) | {"quick": quick}
+        return _measure(rungs, reps) | {"quick": quick}
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(size: str, num_tokens: int, reps: int) -> dict:
-    results = {family: compare_family(family, size, num_tokens, reps) for family in ("k2", "k3")}
-    k3 = results["k3"]
-    qb = qb_costs(k3.pop("moe"), k3.pop("x"), k3.pop("step_s"), reps)
-    for detail in results.values():
-        for key in ("moe", "x", "step_s"):
-            detail.pop(key, None)
-    return {**results, **qb, "threads": torch.get_num_threads()}
+def _measure(rungs: tuple[str, ...], reps: int) -> dict:
+    by_size = {"k2": {}, "k3": {}}
+    qb = {}
+    for size in rungs:
+        for family in ("k2", "k3"):
+            result = compare_family(family, size, TOKENS.get(size, DEFAULT_TOKENS), reps)
+            moe, x, step_s = (result.pop(key) for key in ("moe", "x", "step_s"))
+            if family == "k3" and size == HEADLINE_RUNG:
+                qb = qb_costs(moe, x, step_s, reps)
+            by_size[family][size] = result
+    headline = {family: by_size[family][HEADLINE_RUNG] for family in ("k2", "k3")}
+    return {**headline, "by_size": by_size, **qb, "threads": torch.get_num_threads()}
 
 
 def render(result: dict) -> str:
@@ -153,8 +164,9 @@ def render(result: dict) -> str:
         f"({result['threads']} thread; ratio = moe/dense throughput)",
         "{:8}{:10}{:>7}{:>10}{:>12}{:>13}{:>8}".format(*header),
     ]
-    for family in ("k2", "k3"):
-        r = result[family]
+    rows = [r for family in ("k2", "k3") for r in result["by_size"][family].values()]
+    for r in rows:
+        family = r["preset"].split("-")[0]
         lines.append(
             f"{family:8}{r['preset']:10}{r['num_experts']:>4}/{r['top_k']:<2}"
             f"{r['active_params']:>10}{r['moe_tokens_per_s']:>12.0f}"
