@@ -5,8 +5,8 @@ DEMO = ("t1", "t2", "t3")
 CPU = ("t2", "t3", "t4")
 CPU_SCHEDULES = ("t1", "t2", "t3")
 """cosine vs WSD spends its CPU hours on more trials per cell rather than a larger top rung."""
-GPU = ("t5", "t6", "t7", "t8")
-CLUSTER = ("t6", "t7", "t8", "t9", "t10")
+GPU = ("t4", "t5", "t6", "t7")
+CLUSTER = ("t5", "t6", "t7", "t8", "t9")
 
 
 def rungs(family: str, names: tuple[str, ...]) -> tuple[str, ...]:

@@ -57,15 +57,20 @@ def cpu(sizes: dict[str, tuple[str, ...]], trials_per_cell: int = 5) -> StudyPre
 
 
 def gpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
-    """One H100/H200-class GPU for a few hours: one trial at a time on the GPU, bf16."""
+    """One H100/H200-class GPU for a few hours: one trial at a time on the GPU, bf16.
+
+    Sized, not measured (no GPU was lent while building it): 3.7-4.4e18 tuning FLOPs per study,
+    5-6 hours at an assumed 2e14 FLOP/s (about 20% of an H200's dense bf16 peak, a guess for
+    models of 10^6-10^8 active parameters). `k3scale study plan` prints the FLOPs.
+    """
     return StudyPreset(
         sizes=sizes,
-        budgets=(500_000_000, 1_000_000_000, 2_000_000_000),
+        budgets=(40_000_000, 80_000_000, 160_000_000),
         search=spaces.GPU,
-        trials_per_cell=24,
-        seeds=(0, 1, 2),
+        trials_per_cell=10,
+        seeds=(0, 1),
         seq_len=1024,
-        eval_tokens=2_097_152,
+        eval_tokens=1_048_576,
         micro_batch_size=64,
         threads_per_trial=4,
         gpus_per_trial=1.0,
@@ -74,12 +79,16 @@ def gpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
 
 
 def cluster(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
-    """A Ray cluster of GPU nodes: larger ladders and budgets, one GPU per trial."""
+    """A Ray cluster of GPU nodes: larger ladders and budgets, one GPU per trial.
+
+    Sized for 32 such GPUs over about two days (0.9-1.2e21 tuning FLOPs per study at the same
+    assumed 2e14 FLOP/s per GPU).
+    """
     return StudyPreset(
         sizes=sizes,
-        budgets=(2_000_000_000, 5_000_000_000, 10_000_000_000, 20_000_000_000),
+        budgets=(500_000_000, 1_000_000_000, 2_000_000_000, 4_000_000_000),
         search=spaces.GPU,
-        trials_per_cell=32,
+        trials_per_cell=16,
         seeds=(0, 1, 2),
         seq_len=2048,
         eval_tokens=4_194_304,
