@@ -103,9 +103,13 @@ class Driver:
                 pass
             if not self.jobs:
                 break
-            self.progress.maybe_print(self._best_by_cell(), len(self.jobs), self._trial_counts())
+            self.progress.maybe_print(
+                self._best_by_cell(), len(self.jobs), self._trial_counts(), self._extra_counts()
+            )
             self._wait_one()
-        self.progress.maybe_print(self._best_by_cell(), 0, self._trial_counts(), force=True)
+        self.progress.maybe_print(
+            self._best_by_cell(), 0, self._trial_counts(), self._extra_counts(), force=True
+        )
         return self.counters
 
     # -- choosing work -------------------------------------------------------------------------
@@ -333,6 +337,15 @@ class Driver:
         return min(ended, len(self.cells) * self.ctx.preset.trials_per_cell), len(self.cells) * (
             self.ctx.preset.trials_per_cell
         )
+
+    def _extra_counts(self) -> tuple[int, int]:
+        """(ended, queued so far) seed re-runs and shared-arm runs; queued as cells finish tuning."""
+        ended = queued = 0
+        for study in self.extra.values():
+            trials = study.get_trials(deepcopy=False)
+            queued += len(trials)
+            ended += sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
+        return ended, queued
 
     def _best_by_cell(self) -> dict[str, float | None]:
         best = {}

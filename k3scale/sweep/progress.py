@@ -29,17 +29,23 @@ class Progress:
         best: dict[str, float | None],
         running: int,
         trials: tuple[int, int],
+        extras: tuple[int, int] = (0, 0),
         force: bool = False,
     ) -> None:
         now = time.time()
         if not force and now - self.last < self.interval:
             return
         self.last = now
-        self.log(self.line(best, running, trials, now))
+        self.log(self.line(best, running, trials, now, extras))
         sys.stdout.flush()
 
     def line(
-        self, best: dict[str, float | None], running: int, trials: tuple[int, int], now: float
+        self,
+        best: dict[str, float | None],
+        running: int,
+        trials: tuple[int, int],
+        now: float,
+        extras: tuple[int, int] = (0, 0),
     ) -> str:
         ended, planned = trials
         cells_done = sum(value is not None for value in best.values())
@@ -48,9 +54,13 @@ class Progress:
         shown = ", ".join(f"{key}={value:.3f}" for key, value in known[:SHOWN_CELLS])
         if len(known) > SHOWN_CELLS:
             shown += f", ... (+{len(known) - SHOWN_CELLS} cells)"
-        # Tuning trials only; seed re-runs and the shared arm come after and are not in the ETA.
+        # Tuning trials only; seed re-runs and the shared arm are queued as cells finish tuning,
+        # so their total grows and they are counted apart, outside the ETA.
         eta = f"{elapsed / ended * (planned - ended) / 60:.1f} min" if ended else "?"
+        extra_ended, extra_queued = extras
+        extra = f", extra runs {extra_ended}/{extra_queued}" if extra_queued else ""
         return (
-            f"[{elapsed / 60:5.1f} min] tuning trials {ended}/{planned}, running {running}, "
-            f"cells with a result {cells_done}/{len(self.cells)}, ETA {eta} | best: {shown or '-'}"
+            f"[{elapsed / 60:5.1f} min] tuning trials {ended}/{planned}{extra}, running {running}, "
+            f"cells with a result {cells_done}/{len(self.cells)}, tuning ETA {eta} "
+            f"| best: {shown or '-'}"
         )
