@@ -42,6 +42,34 @@ def _schedule_lines(comparison: dict) -> list[str]:
             )
     if not comparison.get("cells"):
         lines.append("  (no cell has finished trials of both schedules)")
+    return lines + _measured_lines(comparison, reference)
+
+
+MEASURED_READINGS = {
+    "best_trials": "best trials",
+    "seed_reruns": "seed re-runs at own optima",
+    "shared_arm": "shared arm (other run at {ref}'s best point)",
+}
+
+
+def _measured_lines(comparison: dict, reference: str) -> list[str]:
+    noise = comparison.get("run_noise") or {}
+    if not noise:
+        return []
+    sd = noise.get("sd")
+    lines = [
+        f"measured runs only, {reference} minus other; 95% intervals from the run-to-run noise "
+        + (f"(sd {sd:.4f} per run, {noise['pairs']} re-run pairs):" if sd else "(not measured):")
+    ]
+    for cell in comparison.get("cells", []):
+        where = f"{cell['cell']['size']} D={cell['cell']['budget_tokens']:,}"
+        for entry in cell["comparison"].values():
+            parts = [
+                f"{MEASURED_READINGS[kind].format(ref=reference)} {reading['value']:+.4f} "
+                f"{_interval(reading.get('ci'))}"
+                for kind, reading in entry.get("measured", {}).items()
+            ]
+            lines.append(f"  {where}: " + "; ".join(parts))
     return lines
 
 

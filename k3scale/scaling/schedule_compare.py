@@ -12,7 +12,7 @@ import numpy as np
 
 from k3scale.errors import K3ScaleError
 from k3scale.scaling.bootstrap import run_bootstrap
-from k3scale.scaling.hpopt import predict_quadratic, quadratic_optimum
+from k3scale.scaling.hpopt import predict_quadratic, quadratic_optimum, smoothing_mode
 
 QUANTITIES = (
     "loss_own_ref",
@@ -27,9 +27,9 @@ QUANTITIES = (
 
 def _tuned(lr, batch, loss) -> dict:
     """Smoothed optimum when the quadratic has an interior minimum, else the best trial."""
-    two_d = len(np.unique(batch)) >= 3 and len(loss) >= 7
-    if len(np.unique(lr)) >= 3 and len(loss) >= 4:
-        quad = quadratic_optimum(lr, batch, loss, two_d)
+    mode = smoothing_mode(lr, batch)
+    if mode is not None:
+        quad = quadratic_optimum(lr, batch, loss, mode == "2d")
         inside = quad["minimum"] and lr.min() <= quad["lr_opt"] <= lr.max()
         if inside:
             return {**quad, "smoothed": True}
@@ -68,7 +68,7 @@ def _quantities(lr, batch, loss, code) -> np.ndarray:
     )
 
 
-def _sign(interval: list[float], reference: str, other: str) -> str:
+def sign_of(interval: list[float], reference: str, other: str) -> str:
     lo, hi = interval
     if hi < 0:
         return f"{reference} lower"
@@ -118,8 +118,8 @@ def compare_cell(
                 unit="trials within each schedule",
             )
             entry["ci"] = draws.intervals()
-            entry["sign_own"] = _sign(entry["ci"]["diff_own"], reference, other)
-            entry["sign_shared"] = _sign(entry["ci"]["diff_shared"], reference, other)
+            entry["sign_own"] = sign_of(entry["ci"]["diff_own"], reference, other)
+            entry["sign_shared"] = sign_of(entry["ci"]["diff_shared"], reference, other)
             entry["bootstrap"] = draws.summary()
         t_ref = _tuned(*(a[code == 0] for a in arrays))
         lr_o, b_o, l_o = (a[code == 1] for a in arrays)

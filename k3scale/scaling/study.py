@@ -14,12 +14,13 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling import measured
 from k3scale.scaling.frontier import fit_frontier, predict_frontier
 from k3scale.scaling.frontier_compare import compare_frontiers
 from k3scale.scaling.hpopt import cell_optimum
 from k3scale.scaling.isoflop import fit_isoflop
 from k3scale.scaling.powerlaw import fit_power_law
-from k3scale.scaling.schedule_compare import compare_cell
+from k3scale.scaling.schedule_compare import compare_cell, sign_of
 from k3scale.scaling.surface import coarse_start_grid, fit_surface, fit_surface_vpnls
 from k3scale.track import schema
 
@@ -181,18 +182,68 @@ def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) 
             rows = shared.filter(pl.col("schedule") == other)
             entry["shared_arm_losses"] = rows[opts.loss].to_list()
         cells.append({"cell": dict(zip(keys, key, strict=True)), "comparison": result})
+    noise = measured.run_noise_sd(_best_and_reruns(runs, opts))
+    for cell in cells:
+        _add_measured(cell, runs, reference, noise["sd"], opts)
     signs: dict[str, dict[str, int]] = {}
     for cell in cells:
         for other, entry in cell["comparison"].items():
-            for kind in ("sign_own", "sign_shared"):
+            kinds = {kind: entry.get(kind, "no bootstrap") for kind in ("sign_own", "sign_shared")}
+            kinds |= {
+                f"measured.{k}": v["sign"] for k, v in entry["measured"].items() if "sign" in v
+            }
+            for kind, sign in kinds.items():
                 tally = signs.setdefault(f"{other}.{kind}", {})
-                tally[entry.get(kind, "no bootstrap")] = tally.get(entry.get(kind), 0) + 1
+                tally[sign] = tally.get(sign, 0) + 1
     return {
         "reference": reference,
         "cells": cells,
         "sign_counts": signs,
+        "run_noise": noise,
         "diff": "L_reference - L_other (negative: reference lower)",
     }
+
+
+def _cell_filter(cell: dict) -> pl.Expr:
+    return pl.all_horizontal(*(pl.col(k) == v for k, v in cell.items()))
+
+
+def _best_and_reruns(runs: pl.DataFrame, opts: StudyOptions) -> list[tuple[float, list[float]]]:
+    """(best tuning trial loss, its seed re-runs' losses) of every cell that has re-runs."""
+    pairs = []
+    for _, group in _cell_rows(runs):
+        tuned = group.filter(pl.col("arm").is_null() | (pl.col("arm") == TUNED))
+        reruns = group.filter(pl.col("arm") == SEED)[opts.loss].to_list()
+        if tuned.height and reruns:
+            pairs.append((float(tuned[opts.loss].min()), reruns))
+    return pairs
+
+
+def _add_measured(
+    cell: dict, runs: pl.DataFrame, reference: str, noise_sd: float | None, opts: StudyOptions
+) -> None:
+    """Measured-only readings (k3scale/scaling/measured.py) beside each fitted comparison."""
+    rows = runs.filter(_cell_filter(cell["cell"]))
+
+    def losses(schedule: str, arm: str) -> list[float]:
+        by_arm = (
+            (pl.col("arm").is_null() | (pl.col("arm") == TUNED))
+            if arm == TUNED
+            else (pl.col("arm") == arm)
+        )
+        return rows.filter((pl.col("schedule") == schedule) & by_arm)[opts.loss].to_list()
+
+    for other, entry in cell["comparison"].items():
+        readings = measured.cell_readings(
+            (min(losses(reference, TUNED)), min(losses(other, TUNED))),
+            (losses(reference, SEED), losses(other, SEED)),
+            losses(other, SHARED),
+            noise_sd,
+        )
+        for reading in readings.values():
+            if "ci" in reading:
+                reading["sign"] = sign_of(reading["ci"], reference, other)
+        entry["measured"] = readings
 
 
 def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.hpopt import cell_optimum
+from k3scale.scaling.hpopt import cell_optimum, smoothing_mode
 from k3scale.scaling.schedule_compare import compare_cell
 
 
@@ -67,3 +67,21 @@ def test_schedule_comparison_with_equal_schedules_is_not_resolved():
     b = trials(5e-3, 3.0, 6)
     (entry,) = compare_cell({"cosine": a, "wsd": b}, "cosine", num_resamples=100).values()
     assert entry["sign_own"].startswith("not resolved")
+
+
+def test_smoothing_mode_needs_a_fixed_batch_or_enough_trials_for_2d():
+    lr = np.geomspace(1e-3, 1e-2, 8)
+    assert smoothing_mode(lr[:5], np.full(5, 64.0)) == "1d"
+    assert smoothing_mode(lr[:6], np.array([32.0, 64.0] * 3)) is None
+    assert smoothing_mode(lr, np.array([32.0, 64.0, 128.0, 64.0] * 2)) == "2d"
+    assert smoothing_mode(np.array([1e-3, 1e-3, 2e-3, 2e-3]), np.full(4, 64.0)) is None
+
+
+def test_few_trials_at_mixed_batches_report_the_best_trial():
+    """Six trials over two batch sizes: a 1-D quadratic would mix them; the best trial stands."""
+    lr, batch, loss = trials(5e-3, 3.0, 7, num=6)
+    batch = np.array([2.0**13, 2.0**14] * 3)
+    fit = cell_optimum(lr, batch, loss, num_resamples=0)
+    assert not fit.success and "too few trials" in fit.message
+    assert fit.extra["mode"] == "best trial"
+    assert fit.params["loss_opt"] == loss.min()
