@@ -21,7 +21,7 @@ from k3scale.models.kda import KimiDeltaAttention, init_dt_bias
 from k3scale.ops.kda import chunk_kda, kda_gate_bounded, naive_recurrent_kda
 
 # (sequence lengths, repetitions) per mode.
-SIZES = {"full": ((256, 1024, 4096), 3), "quick": ((64, 256), 3)}
+SIZES = {"full": ((256, 1024, 4096), 5), "quick": ((64, 256), 3)}
 # Core-op shape: a small model's KDA layer (4 heads of 64 channels).
 BATCH, HEADS, D_HEAD = 1, 4, 64
 # Layer comparison width and the MLA shape that matches it (4 heads, 64-dim values).

@@ -9,7 +9,7 @@ included; evaluation excluded from the timing). Throughput is the median of the 
 peak of the run's precision.
 
 Models: the K2 and K3 rungs of the demo study (`experiments/k2_vs_k3.py`, preset `demo`: rungs
-t1-t3, seq_len 128) and, for each rung, a dense GPT of the K2 rung's active size: a `K2Config`
+t1-t3, seq_len 64) and, for each rung, a dense GPT of the K2 rung's active size: a `K2Config`
 with `moe=None` (a dense MLA transformer with SwiGLU FFNs, same width and depth, FFN width chosen
 to match N_active). The full run adds a ~5M-parameter dense model in fp32 and bf16 autocast, the
 size platform.md section 8 quotes (about 70% of the fp32 peak there).
@@ -40,10 +40,10 @@ from k3scale.train.loop import train
 from k3scale.train.perf import measure_matmul_peak, mfu
 
 NUM_THREADS = 2
-# experiments/k2_vs_k3.py, preset "demo": sweeps/ladders.DEMO rungs and seq_len 128.
+# experiments/k2_vs_k3.py, preset "demo" (sweeps/presets.py): sweeps/ladders.DEMO rungs,
+# 64-token sequences, and sweeps/spaces.DEMO's largest batch, 16 sequences (its micro-batch).
 DEMO_RUNGS = ("t1", "t2", "t3")
-SEQ_LEN = 128
-# sweeps/spaces.py TINY_CPU batch sizes are (8, 16, 32): the middle one.
+SEQ_LEN = 64
 BATCH_SIZE = 16
 # platform.md section 8: "a dense 5M-parameter GPT"; here d 256, 4 layers, d_ff 688 gives
 # N_active 5.5M (head included).
