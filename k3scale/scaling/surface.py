@@ -248,6 +248,9 @@ def fit_surface_vpnls(
     def inner(exps: np.ndarray) -> tuple[float, np.ndarray]:
         cols = np.stack([np.ones_like(y), np.exp(-exps[0] * log_n), np.exp(-exps[1] * log_d)], 1)
         scale = np.linalg.norm(cols, axis=0)
+        if not np.all(scale > 0):
+            # Nelder-Mead may walk to exponents so large that a term underflows to zero.
+            return np.inf, np.full(3, np.nan)
         coef, resid = nnls(cols / scale, y)
         return float(resid**2), coef / scale
 
