@@ -38,11 +38,12 @@ def demo(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
 
 
 def cpu(sizes: dict[str, tuple[str, ...]], trials_per_cell: int = 5) -> StudyPreset:
-    """The reference study on one 2-core machine, about 1.5 hours each; 2 seeds at each optimum.
+    """The reference study on one 2-core machine; a second seed at each cell's optimum.
 
     Sized from measured single-thread throughput (k3-t4 about 1,500 tokens/s, k3-t1 about
-    5,700): budgets of 16-192 steps and short evaluations, since final losses are what the
-    fits read and every run shares one fixed evaluation set.
+    5,700) to finish in one working session: cosine_vs_wsd took 46.8 min and k2_vs_k3 41.5 min
+    (2026-12-02). Budgets of 12-192 steps and short evaluations, since final losses are what
+    the fits read and every run shares one fixed evaluation set.
     """
     return StudyPreset(
         sizes=sizes,
