@@ -98,14 +98,12 @@ class DecoderLM(nn.Module):
             and normed.dtype in (torch.float32, torch.float64)
             and not torch.is_autocast_enabled(normed.device.type)
         )
-        if chunked:
-            logits = None
-            ce_loss = head_cross_entropy(normed.flatten(0, 1), self.head.weight, targets.flatten())
-        else:
-            logits = self.head(normed)
+        logits = None if chunked else self.head(normed)
         if targets is None:
             return ModelOutput(logits=logits, loss=None, ce_loss=None, mtp_loss=None)
-        if not chunked:
+        if chunked:
+            ce_loss = head_cross_entropy(normed.flatten(0, 1), self.head.weight, targets.flatten())
+        else:
             ce_loss = token_cross_entropy(logits, targets)
         mtp_loss = None
         if self.mtp is not None:

@@ -95,7 +95,7 @@ def cell_optima(runs: pl.DataFrame, opts: StudyOptions) -> list[dict]:
     """
     out = []
     for i, (cell, group) in enumerate(_cell_rows(runs)):
-        tuned = group.filter(pl.col("arm").is_null() | (pl.col("arm") == TUNED))
+        tuned = group.filter(_arm(TUNED))
         if tuned.height == 0:
             continue
         fit = cell_optimum(
@@ -107,7 +107,7 @@ def cell_optima(runs: pl.DataFrame, opts: StudyOptions) -> list[dict]:
             seed=opts.seed + i,
             target=f"{opts.loss}(lr, {opts.batch_col})",
         )
-        seeds = group.filter(pl.col("arm") == SEED)[opts.loss].to_list()
+        seeds = group.filter(_arm(SEED))[opts.loss].to_list()
         out.append(
             {
                 "cell": cell,
@@ -160,7 +160,7 @@ def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) 
     """Per (arch, size, budget): each schedule vs `reference`, with a sign summary over cells."""
     cells = []
     keys = ["arch", "size", "budget_tokens"]
-    tuned = runs.filter(pl.col("arm").is_null() | (pl.col("arm") == TUNED))
+    tuned = runs.filter(_arm(TUNED))
     for i, (key, group) in enumerate(sorted(tuned.group_by(keys), key=lambda kv: str(kv[0]))):
         trials = {
             s: tuple(
@@ -174,10 +174,7 @@ def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) 
         result = compare_cell(
             trials, reference, num_resamples=opts.num_resamples, seed=opts.seed + i
         )
-        shared = runs.filter(
-            (pl.col("arm") == SHARED)
-            & pl.all_horizontal(*(pl.col(k) == v for k, v in zip(keys, key, strict=True)))
-        )
+        shared = runs.filter(_arm(SHARED) & _cell_filter(dict(zip(keys, key, strict=True))))
         for other, entry in result.items():
             rows = shared.filter(pl.col("schedule") == other)
             entry["shared_arm_losses"] = rows[opts.loss].to_list()
@@ -204,6 +201,13 @@ def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) 
     }
 
 
+def _arm(arm: str) -> pl.Expr:
+    """Rows of one arm; runs logged without an arm tag are tuning trials."""
+    if arm == TUNED:
+        return pl.col("arm").is_null() | (pl.col("arm") == TUNED)
+    return pl.col("arm") == arm
+
+
 def _cell_filter(cell: dict) -> pl.Expr:
     return pl.all_horizontal(*(pl.col(k) == v for k, v in cell.items()))
 
@@ -212,8 +216,8 @@ def _best_and_reruns(runs: pl.DataFrame, opts: StudyOptions) -> list[tuple[float
     """(best tuning trial loss, its seed re-runs' losses) of every cell that has re-runs."""
     pairs = []
     for _, group in _cell_rows(runs):
-        tuned = group.filter(pl.col("arm").is_null() | (pl.col("arm") == TUNED))
-        reruns = group.filter(pl.col("arm") == SEED)[opts.loss].to_list()
+        tuned = group.filter(_arm(TUNED))
+        reruns = group.filter(_arm(SEED))[opts.loss].to_list()
         if tuned.height and reruns:
             pairs.append((float(tuned[opts.loss].min()), reruns))
     return pairs
@@ -226,12 +230,7 @@ def _add_measured(
     rows = runs.filter(_cell_filter(cell["cell"]))
 
     def losses(schedule: str, arm: str) -> list[float]:
-        by_arm = (
-            (pl.col("arm").is_null() | (pl.col("arm") == TUNED))
-            if arm == TUNED
-            else (pl.col("arm") == arm)
-        )
-        return rows.filter((pl.col("schedule") == schedule) & by_arm)[opts.loss].to_list()
+        return rows.filter((pl.col("schedule") == schedule) & _arm(arm))[opts.loss].to_list()
 
     for other, entry in cell["comparison"].items():
         readings = measured.cell_readings(

@@ -103,13 +103,10 @@ class Driver:
                 pass
             if not self.jobs:
                 break
-            self.progress.maybe_print(
-                self._best_by_cell(), len(self.jobs), self._trial_counts(), self._extra_counts()
-            )
+            if self.progress.due():
+                self._print_progress()
             self._wait_one()
-        self.progress.maybe_print(
-            self._best_by_cell(), 0, self._trial_counts(), self._extra_counts(), force=True
-        )
+        self._print_progress()
         return self.counters
 
     # -- choosing work -------------------------------------------------------------------------
@@ -336,6 +333,11 @@ class Driver:
         )
         return min(ended, len(self.cells) * self.ctx.preset.trials_per_cell), len(self.cells) * (
             self.ctx.preset.trials_per_cell
+        )
+
+    def _print_progress(self) -> None:
+        self.progress.print(
+            self._best_by_cell(), len(self.jobs), self._trial_counts(), self._extra_counts()
         )
 
     def _extra_counts(self) -> tuple[int, int]:

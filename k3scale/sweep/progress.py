@@ -12,7 +12,7 @@ SHOWN_CELLS = 6
 
 
 class Progress:
-    """Prints at most every `interval` seconds (always on a terminal's single line when a tty)."""
+    """One line when the driver asks and `interval` seconds have passed (`due`), and a last one."""
 
     def __init__(
         self, cells: list[Cell], trials_per_cell: int, log=print, interval: float = 15.0
@@ -24,19 +24,20 @@ class Progress:
         self.started = time.time()
         self.last = 0.0
 
-    def maybe_print(
+    def due(self) -> bool:
+        """Whether `interval` seconds have passed since the last line (callers gather the line's
+        numbers from the study databases only then)."""
+        return time.time() - self.last >= self.interval
+
+    def print(
         self,
         best: dict[str, float | None],
         running: int,
         trials: tuple[int, int],
         extras: tuple[int, int] = (0, 0),
-        force: bool = False,
     ) -> None:
-        now = time.time()
-        if not force and now - self.last < self.interval:
-            return
-        self.last = now
-        self.log(self.line(best, running, trials, now, extras))
+        self.last = time.time()
+        self.log(self.line(best, running, trials, self.last, extras))
         sys.stdout.flush()
 
     def line(

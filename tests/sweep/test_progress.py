@@ -28,3 +28,11 @@ def test_line_before_any_trial_ends():
     progress = Progress(CELLS, trials_per_cell=4)
     line = progress.line({c.key: None for c in CELLS}, 2, (0, 8), progress.started)
     assert "tuning ETA ?" in line and line.endswith("best: -")
+
+
+def test_due_only_after_the_interval():
+    lines = []
+    progress = Progress(CELLS, trials_per_cell=4, log=lines.append, interval=3600.0)
+    assert progress.due()  # nothing printed yet
+    progress.print({c.key: None for c in CELLS}, 0, (0, 8))
+    assert len(lines) == 1 and not progress.due()

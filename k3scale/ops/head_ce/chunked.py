@@ -19,13 +19,6 @@ import torch
 CHUNK_ROWS = 128
 
 
-def _chunk_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed negative log-likelihood of one chunk, and its log-sum-exp per row."""
-    lse = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(1, targets[:, None]).squeeze(1)
-    return (lse - picked).sum(), lse
-
-
 def _nll_into_gradient(logits: torch.Tensor, targets: torch.Tensor, num_rows: int) -> torch.Tensor:
     """Summed NLL of one chunk; turns `logits` in place into d(mean NLL)/d(logits), that is
     `(softmax - onehot) / num_rows`, with one exp pass (logsumexp would add a second)."""
@@ -50,9 +43,8 @@ class _HeadCrossEntropy(torch.autograd.Function):
             chunk_targets = targets[start : start + chunk_rows]
             logits = rows @ weight.T
             total += _nll_into_gradient(logits, chunk_targets, num_rows)
-            probs = logits
-            torch.mm(probs, weight, out=grad_hidden[start : start + chunk_rows])
-            grad_weight.addmm_(probs.T, rows)
+            torch.mm(logits, weight, out=grad_hidden[start : start + chunk_rows])
+            grad_weight.addmm_(logits.T, rows)
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total / num_rows
 
@@ -81,8 +73,9 @@ def head_cross_entropy(
         raise ValueError(f"chunk_rows: must be >= 1, got {chunk_rows}")
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return _HeadCrossEntropy.apply(hidden, weight, targets, chunk_rows)
+    num_rows = hidden.shape[0]
     total = hidden.new_zeros(())
-    for start in range(0, hidden.shape[0], chunk_rows):
+    for start in range(0, num_rows, chunk_rows):
         logits = hidden[start : start + chunk_rows] @ weight.T
-        total += _chunk_nll(logits, targets[start : start + chunk_rows])[0]
-    return total / hidden.shape[0]
+        total += _nll_into_gradient(logits, targets[start : start + chunk_rows], num_rows)
+    return total / num_rows
