@@ -14,7 +14,21 @@ from torch import nn
 
 from k3scale.models.common import linear
 from k3scale.ops.backend import situ_glu_op
+from k3scale.ops.cpu import SITU, SWIGLU, KernelActivation, supports
 from k3scale.ops.situ import swiglu
+from k3scale.ops.situ.cpu import glu_cpu
+
+
+def kernel_activation(
+    activation: str, situ_beta: float, situ_linear_beta: float | None, backend: str
+) -> KernelActivation | None:
+    """The same nonlinearity for the fused CPU kernels; None under the Triton backend (GPU
+    runs keep the torch dispatch: the C++ kernels are CPU-only)."""
+    if backend != "torch":
+        return None
+    if activation == "swiglu":
+        return KernelActivation(SWIGLU)
+    return KernelActivation(SITU, situ_beta, situ_linear_beta or 0.0)
 
 
 class GLUFeedForward(nn.Module):
@@ -37,7 +51,8 @@ class GLUFeedForward(nn.Module):
         situ_beta: SiTU cap of the gate branch (K3: 4.0); used by "situ" only.
         situ_linear_beta: SiTU cap of the up branch (K3: 25.0), None for no cap.
         init_std: std of the normal weight init.
-        backend: "torch" or "triton" (the fused SiTU-GLU kernel).
+        backend: "torch" (the fused C++ activation on CPU when built, else torch ops) or
+            "triton" (the fused SiTU-GLU Triton kernel).
         """
         super().__init__()
         if activation not in ("swiglu", "situ"):
@@ -46,6 +61,9 @@ class GLUFeedForward(nn.Module):
         self.situ_beta = situ_beta
         self.situ_linear_beta = situ_linear_beta
         self._situ_glu = situ_glu_op(backend)
+        self._kernel_activation = kernel_activation(
+            activation, situ_beta, situ_linear_beta, backend
+        )
         self.w_gate = linear(d_model, d_ff, init_std)
         self.w_up = linear(d_model, d_ff, init_std)
         self.w_down = linear(d_ff, d_model, init_std)
@@ -53,7 +71,9 @@ class GLUFeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`x [..., d_model] -> [..., d_model]`."""
         gate, up = self.w_gate(x), self.w_up(x)
-        if self.activation == "swiglu":
+        if self._kernel_activation is not None and supports(gate, up):
+            hidden = glu_cpu(gate, up, self._kernel_activation)
+        elif self.activation == "swiglu":
             hidden = swiglu(gate, up)
         else:
             hidden = self._situ_glu(gate, up, self.situ_beta, self.situ_linear_beta)

@@ -21,7 +21,7 @@ from torch import nn
 
 from k3scale.models.common import RMSNorm, linear
 from k3scale.models.config import MoEConfig
-from k3scale.models.ffn import GLUFeedForward
+from k3scale.models.ffn import GLUFeedForward, kernel_activation
 from k3scale.models.router import Routing, route, sequence_aux_loss
 from k3scale.ops.backend import qb_counts_op, situ_glu_op
 from k3scale.ops.moe import routed_experts
@@ -68,6 +68,7 @@ class MoE(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.activation = glu_activation(activation, situ_beta, situ_linear_beta, backend)
+        self.kernel_activation = kernel_activation(activation, situ_beta, situ_linear_beta, backend)
         self._margin_counts = qb_counts_op(backend)
         num_experts, width = cfg.num_experts, cfg.d_latent or d_model
         self.router = nn.Linear(d_model, num_experts, bias=False)
@@ -113,6 +114,7 @@ class MoE(nn.Module):
             self.w_up,
             self.w_down,
             self.activation,
+            kernel_activation=self.kernel_activation,
         )
         if self.latent_up is not None:
             if self.latent_norm is not None:
@@ -126,7 +128,14 @@ class MoE(nn.Module):
         """Routing of `tokens [N, d]` with the current bias (fp32 logits)."""
         logits = F.linear(tokens.float(), self.router.weight.float())
         wants_cutoff = self.training and self.cfg.balancing == "quantile"
-        return route(logits, self.bias, self.cfg.top_k, self.cfg.routed_scale, wants_cutoff)
+        return route(
+            logits,
+            self.bias,
+            self.cfg.top_k,
+            self.cfg.routed_scale,
+            wants_cutoff,
+            fused=self.kernel_activation is not None,
+        )
 
     def statistics(self) -> torch.Tensor:
         """This step's statistics `[E, 1 (+ 1 + R)]` int64: loads, then QB margin counts."""
@@ -163,7 +172,8 @@ class MoE(nn.Module):
         if alpha == 0.0 or not self.training:
             return routing.scores.new_zeros(())
         num_sequences = batch_shape[0] if len(batch_shape) > 1 else 1
-        return sequence_aux_loss(routing.scores, routing.expert_idx, num_sequences, alpha)
+        fused = self.kernel_activation is not None
+        return sequence_aux_loss(routing.scores, routing.expert_idx, num_sequences, alpha, fused)
 
 
 def _expert_weight(num_experts: int, d_out: int, d_in: int, std: float) -> nn.Parameter:

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
+from k3scale.ops.cpu import supports
+from k3scale.ops.moe.fused import route_fused, sequence_aux_loss_fused
+
 
 @dataclass(frozen=True)
 class Routing:
@@ -34,6 +37,7 @@ def route(
     top_k: int,
     routed_scale: float,
     with_cutoff: bool = False,
+    fused: bool = True,
 ) -> Routing:
     """Select experts by `scores + bias`, weight them by the scores alone.
 
@@ -44,18 +48,23 @@ def route(
         routed_scale: rho; weights sum to it per token.
         with_cutoff: also return the (k+1)-th biased score and its expert (needs k < E, else
             both None).
+        fused: use the C++ kernel when it runs here (CPU); False forces this torch reference.
+            The kernel breaks ties toward the lower expert; torch.topk leaves tie order open.
     """
-    scores = torch.sigmoid(logits.float())
-    num_experts = scores.shape[-1]
+    logits = logits.float()
+    num_experts = logits.shape[-1]
     wants_cutoff = with_cutoff and top_k < num_experts
-    biased = scores.detach() + bias.float()
-    values, index = torch.topk(biased, top_k + 1 if wants_cutoff else top_k, dim=-1)
-    expert_idx = index[:, :top_k]
-    chosen = scores.gather(-1, expert_idx)
-    weights = routed_scale * chosen / chosen.sum(dim=-1, keepdim=True)
+    count = top_k + 1 if wants_cutoff else top_k
+    if fused and supports(logits, bias.float()):
+        scores, values, index, weights = route_fused(logits, bias, top_k, count, routed_scale)
+    else:
+        scores = torch.sigmoid(logits)
+        values, index = torch.topk(scores.detach() + bias.float(), count, dim=-1)
+        chosen = scores.gather(-1, index[:, :top_k])
+        weights = routed_scale * chosen / chosen.sum(dim=-1, keepdim=True)
     return Routing(
         scores=scores,
-        expert_idx=expert_idx,
+        expert_idx=index[:, :top_k],
         weights=weights,
         cutoff=values[:, top_k] if wants_cutoff else None,
         cutoff_expert=index[:, top_k] if wants_cutoff else None,
@@ -63,7 +72,11 @@ def route(
 
 
 def sequence_aux_loss(
-    scores: torch.Tensor, expert_idx: torch.Tensor, num_sequences: int, alpha: float
+    scores: torch.Tensor,
+    expert_idx: torch.Tensor,
+    num_sequences: int,
+    alpha: float,
+    fused: bool = True,
 ) -> torch.Tensor:
     """DeepSeek-V3 sequence-wise balance loss `alpha * sum_e f_e P_e`, averaged over sequences.
 
@@ -75,10 +88,13 @@ def sequence_aux_loss(
         expert_idx: `[B*T, k]` selections.
         num_sequences: B.
         alpha: loss weight.
+        fused: use the C++ kernel when it runs here (CPU); False forces this torch reference.
 
     Returns:
         fp32 scalar.
     """
+    if fused and scores.dtype == torch.float32 and supports(scores):
+        return sequence_aux_loss_fused(scores, expert_idx, num_sequences, alpha)
     num_tokens, num_experts = scores.shape
     top_k = expert_idx.shape[-1]
     seq_len = num_tokens // num_sequences

@@ -3,6 +3,7 @@ Stable LatentMoE scale invariance and reduction to a standard MoE, shared expert
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from k3scale.models.config import MoEConfig
 from k3scale.models.ffn import GLUFeedForward
 from k3scale.models.moe import MoE, glu_activation
+from k3scale.models.presets import get_preset
 from k3scale.ops.moe import routed_experts_naive
 from k3scale.ops.situ import swiglu
 
@@ -175,3 +177,40 @@ def test_unknown_activation_is_rejected():
 
 def test_swiglu_activation_is_plain_swiglu():
     assert glu_activation("swiglu", 4.0, 25.0) is swiglu
+
+
+def torch_only(moe: MoE) -> MoE:
+    """A copy of `moe` that runs the plain torch paths (no fused C++ kernels)."""
+    reference = copy.deepcopy(moe)
+    reference.kernel_activation = None
+    if reference.shared is not None:
+        reference.shared._kernel_activation = None
+    return reference
+
+
+@pytest.mark.parametrize("preset", ["k2-t2", "k3-t2"])
+def test_fused_layer_matches_torch_layer(preset):
+    # The whole layer as the studies run it (training mode, aux loss, QB or loss-free
+    # statistics): the fused CPU kernels against the torch paths, outputs and every gradient.
+    cfg = get_preset(preset)
+    torch.manual_seed(0)
+    fused = MoE(
+        cfg.d_model, cfg.moe, cfg.activation, cfg.situ_beta, cfg.situ_linear_beta, 0.3, 1e-5
+    )
+    reference = torch_only(fused)
+    assert fused.kernel_activation is not None and reference.kernel_activation is None
+    x = torch.randn(4, 32, cfg.d_model, generator=torch.Generator().manual_seed(2))
+    results = []
+    for layer in (fused, reference):
+        layer.train()
+        out = layer(x)
+        (out.square().mean() + layer.aux_loss).backward()
+        grads = {name: p.grad for name, p in layer.named_parameters()}
+        results.append((out, layer.aux_loss, grads, layer.statistics()))
+    (out, aux, grads, stats), (ref_out, ref_aux, ref_grads, ref_stats) = results
+    assert rel_rms(out, ref_out) < 1e-5
+    assert torch.equal(stats, ref_stats)  # same selections, so identical loads and QB counts
+    if cfg.moe.seq_aux_alpha > 0:
+        assert rel_rms(aux, ref_aux) < 1e-5
+    for name, grad in ref_grads.items():
+        assert rel_rms(grads[name], grad) < 1e-5, name

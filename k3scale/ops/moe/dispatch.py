@@ -6,6 +6,8 @@ Two ways to run the groups, equal up to float rounding (tests bind both to `naiv
   one kernel per projection, best when loads are roughly balanced (the normal case).
 * "loop": one matmul per non-empty contiguous slice; no padding, best when one expert holds
   most tokens (padding would multiply the work).
+* "fused": the C++ kernel of `fused.py` (CPU, fp32/fp64, no autocast): gather, projections,
+  activation and scatter in one call per direction; the fastest at the study widths.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import Literal
 
 import torch
 
+from k3scale.ops.cpu import KernelActivation, supports, unavailable_reason
+from k3scale.ops.moe.fused import routed_experts_fused
 from k3scale.ops.moe.naive import GluActivation
 
-DispatchMethod = Literal["auto", "padded", "loop"]
+DispatchMethod = Literal["auto", "padded", "loop", "fused"]
 
 # "auto" pads while the padded block is at most this many times the real assignments; above it
 # the per-expert loop does less work. [INF] At balanced loads the two ran within ~15% of each
@@ -60,6 +64,7 @@ def routed_experts(
     w_down: torch.Tensor,
     activation: GluActivation,
     method: DispatchMethod = "auto",
+    kernel_activation: KernelActivation | None = None,
 ) -> torch.Tensor:
     """Weighted sum of the selected GLU experts; same contract as `routed_experts_naive`.
 
@@ -69,7 +74,9 @@ def routed_experts(
         weights: routing weights `[N, k]`.
         w_gate, w_up: `[E, f, a]`; w_down: `[E, a, f]`.
         activation: GLU nonlinearity `h = act(gate, up)`.
-        method: "padded", "loop", or "auto" (padded unless padding exceeds MAX_PADDING_FACTOR).
+        method: "padded", "loop", "fused", or "auto": fused when `kernel_activation` is given and
+            the kernel supports the tensors, else padded unless padding exceeds MAX_PADDING_FACTOR.
+        kernel_activation: `activation` as the fused kernel names it (required by "fused").
 
     Returns:
         `[N, a]` in `x.dtype`; weights multiply the hidden rows in fp32 and the k expert
@@ -77,6 +84,16 @@ def routed_experts(
     """
     if expert_idx.numel() == 0:
         return torch.zeros_like(x)
+    can_fuse = kernel_activation is not None and supports(x, w_gate, w_up, w_down)
+    if method == "auto" and can_fuse:
+        method = "fused"
+    if method == "fused":
+        if not can_fuse:
+            raise ValueError(
+                "method 'fused' needs kernel_activation and the built C++ kernels on CPU "
+                f"fp32/fp64 tensors without autocast ({unavailable_reason() or 'kernels built'})"
+            )
+        return routed_experts_fused(x, expert_idx, weights, w_gate, w_up, w_down, kernel_activation)
     num_experts = w_gate.shape[0]
     plan = plan_dispatch(expert_idx, num_experts)
     sorted_weights = weights.reshape(-1)[plan.order].float()

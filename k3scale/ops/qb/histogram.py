@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from k3scale.ops.cpu import load, supports
 from k3scale.ops.qb.naive import centre, target_load
 
 
@@ -34,6 +35,7 @@ def margin_counts(
     cutoff_expert: torch.Tensor,
     bias: torch.Tensor,
     num_bins: int,
+    fused: bool = True,
 ) -> torch.Tensor:
     """Counts `[n, 1 + R]` int64 of the margins `mu = s - alpha` of `[m, n]` scores.
 
@@ -46,10 +48,21 @@ def margin_counts(
         cutoff_expert: the expert holding that score `[m]` int64.
         bias: the bias the tokens were routed with `[n]`.
         num_bins: R.
+        fused: use the C++ kernel when it runs here (CPU fp32); False forces the torch code.
     """
     num_tokens, num_experts = scores.shape
     lo, hi = margin_range(bias)
     width = (hi - lo) / num_bins
+    if (
+        fused
+        and scores.dtype == torch.float32
+        and cutoff.dtype == torch.float32
+        and supports(scores)
+    ):
+        # The same fp64 bin arithmetic in one C++ pass (identical counts; tests compare).
+        return load().margin_counts(
+            scores.contiguous(), cutoff, cutoff_expert, float(lo), float(width), num_bins
+        )
     margins = scores.double() - cutoff.double()[:, None]
     bins = torch.floor((margins - lo) / width).long().clamp_(0, num_bins - 1)
     slots = bins + 1 + torch.arange(num_experts, device=scores.device) * (num_bins + 1)

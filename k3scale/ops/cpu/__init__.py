@@ -1,0 +1,6 @@
+"""Fused CPU kernels (C++ in `kernels.cpp`, built on first use by `build.py`)."""
+
+from k3scale.ops.cpu.activation import SITU, SWIGLU, KernelActivation, supports
+from k3scale.ops.cpu.build import load, unavailable_reason
+
+__all__ = ["SITU", "SWIGLU", "KernelActivation", "load", "supports", "unavailable_reason"]

@@ -1,0 +1,73 @@
+"""Build and load `kernels.cpp` with torch's extension builder (g++ and ninja), once per machine.
+
+The first call compiles into torch's extension cache (`TORCH_EXTENSIONS_DIR`, default
+`~/.cache/torch_extensions`; about a minute on 2 cores) under a file lock, so concurrent Ray
+workers build once; later processes only load the cached library. `K3SCALE_CPU_KERNELS=0` turns
+the kernels off (callers fall back to the plain torch paths). If the build fails, the reason is
+logged once and the torch paths are used: the kernels change speed, not results.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels.cpp")
+# AVX2 + FMA, the vector width ATen's `Vectorized` is compiled for here (Sleef's exp and tanh
+# come from libtorch); threads are ATen's (`at::parallel_for`, torch.set_num_threads).
+CFLAGS = [
+    "-O3",
+    "-mavx2",
+    "-mfma",
+    "-DCPU_CAPABILITY=AVX2",
+    "-DCPU_CAPABILITY_AVX2",
+]
+ENV_SWITCH = "K3SCALE_CPU_KERNELS"
+MESSAGE_LINES = 12
+
+
+@functools.cache
+def _build() -> tuple[ModuleType | None, str | None]:
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None, f"{ENV_SWITCH}=0"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        return None, f"the CPU lacks AVX2 (torch reports {capability})"
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        module = load_extension("k3scale_cpu_kernels", [str(SOURCE)], extra_cflags=CFLAGS)
+    except Exception as error:  # compiler missing, headers missing, build error
+        # The compiler's full output can run to pages; its last lines carry the error.
+        tail = "\n".join(str(error).strip().splitlines()[-MESSAGE_LINES:])
+        reason = f"building {SOURCE.name} failed: {type(error).__name__}: {tail}"
+        log.warning("fused CPU kernels off, torch paths used instead: %s", reason)
+        return None, reason
+    return module, None
+
+
+def load() -> ModuleType | None:
+    """The compiled kernels module, or None when they are off or could not be built."""
+    return _build()[0]
+
+
+def unavailable_reason() -> str | None:
+    """Why `load()` returns None, or None when the kernels are available."""
+    return _build()[1]
+
+
+def status() -> str:
+    """One line for setup logs: where the built kernels live, or why they are off."""
+    module = load()
+    return (
+        f"fused CPU kernels: {module.__file__}"
+        if module
+        else f"fused CPU kernels off: {unavailable_reason()}"
+    )

@@ -1,0 +1,782 @@
+// Fused CPU kernels for the small layers of the study ladders (d 16-256), where eager torch spends
+// its time on per-op overhead rather than arithmetic. Built on first use by `build.py`; the plain
+// torch references sit next to their callers (ops/moe/naive.py and dispatch.py, ops/situ/naive.py)
+// and the tests compare outputs and every gradient.
+//
+// * GLU activations h = act(g, u), forward and backward in one elementwise pass each:
+//   SwiGLU (kind 0) and SiTU-GLU (kind 1, architecture.md section 6).
+// * Routed experts (architecture.md section 5) on assignments sorted by expert (a counting sort,
+//   plan_dispatch_op): per expert, tiles of up to kTile tokens are read in place (token rows by
+//   index, no gather copies) and every projection is a small register-blocked GEMM; activation
+//   and routing weight are applied in the same pass. Weight gradients reduce over the tokens of
+//   one expert, which one thread owns: results do not depend on the thread count.
+// * The router after its linear map (sigmoid, top-k with the balancing bias, weights), the
+//   sequence-wise aux loss, and Quantile Balancing's margin counts.
+//
+// Floating types are float and double; every sum runs in the input type (fp32 for the model).
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kSwiglu = 0;
+constexpr int64_t kSitu = 1;
+// Tokens per expert tile: its [kTile, f] buffers stay in L1/L2 at the study widths.
+constexpr int64_t kTile = 128;
+// Elements per parallel chunk of the elementwise kernels.
+constexpr int64_t kElementGrain = 32768;
+
+struct Activation {
+  int64_t kind;
+  double beta;         // SiTU gate cap
+  double linear_beta;  // SiTU up cap; <= 0 leaves the up branch uncapped
+};
+
+template <typename T>
+using Vec = at::vec::Vectorized<T>;
+
+// Loads and stores of the first `count` lanes (AVX2 masked moves; the rest read as zero).
+inline __m256i lane_mask(int64_t count, int64_t lane_bytes) {
+  alignas(32) static const int32_t table[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                0,  0,  0,  0,  0,  0,  0,  0};
+  // 64-bit lanes are two 32-bit halves of the same mask.
+  return _mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(table + 8 - count * (lane_bytes / 4)));
+}
+
+inline Vec<float> load(const float* p, int64_t count) {
+  return count == 8 ? Vec<float>(_mm256_loadu_ps(p)) : Vec<float>(_mm256_maskload_ps(p, lane_mask(count, 4)));
+}
+inline Vec<double> load(const double* p, int64_t count) {
+  return count == 4 ? Vec<double>(_mm256_loadu_pd(p)) : Vec<double>(_mm256_maskload_pd(p, lane_mask(count, 8)));
+}
+inline void store(const Vec<float>& v, float* p, int64_t count) {
+  if (count == 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, lane_mask(count, 4), v);
+  }
+}
+inline void store(const Vec<double>& v, double* p, int64_t count) {
+  if (count == 4) {
+    _mm256_storeu_pd(p, v);
+  } else {
+    _mm256_maskstore_pd(p, lane_mask(count, 8), v);
+  }
+}
+
+template <typename T>
+Vec<T> sigmoid(const Vec<T>& x) {
+  // exp(-x) overflows to inf for very negative x, and 1 / (1 + inf) = 0: no NaN.
+  const Vec<T> one(T(1));
+  return one / (one + x.neg().exp());
+}
+
+// tanh for fp32 from one exp: sign(x) (1 - e) / (1 + e), e = exp(-2|x|) <= 1 (no overflow); below
+// |x| = 0.1, where 1 - e cancels, the odd Taylor series to x^7 (truncation < 1e-9 relative).
+// Sleef's exp took a quarter of the time of its tanh here (0.6 vs 2.5 ns per fp32 element);
+// this stays within 2e-6 relative of tanh (tests). fp64 keeps Sleef's tanh.
+template <typename T>
+Vec<T> tanh(const Vec<T>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    return x.tanh();
+  } else {
+    using V = Vec<T>;
+    const V one(1.f), magnitude = x.abs();
+    const V e = (magnitude * V(-2.f)).exp();
+    const V far = (one - e) / (one + e);
+    const V x2 = magnitude * magnitude;
+    const V series = at::vec::fmadd(
+        x2, at::vec::fmadd(x2, at::vec::fmadd(x2, V(-17.f / 315.f), V(2.f / 15.f)), V(-1.f / 3.f)),
+        one);
+    const V result = V::blendv(far, magnitude * series, magnitude < V(0.1f));
+    return V::blendv(result, result.neg(), x < V(0.f));
+  }
+}
+
+// h = act(g, u) on one vector.
+template <typename T>
+Vec<T> glu_value(const Activation& act, const Vec<T>& g, const Vec<T>& u) {
+  using V = Vec<T>;
+  const V sig = sigmoid(g);
+  if (act.kind == kSwiglu) return g * sig * u;
+  const V beta(T(act.beta)), linear_beta(T(act.linear_beta));
+  const V situ = beta * tanh(g / beta) * sig;
+  return situ * (act.linear_beta > 0 ? linear_beta * tanh(u / linear_beta) : u);
+}
+
+// h = act(g, u) and its partial derivatives dh/dg, dh/du on one vector.
+template <typename T>
+void glu_partials(const Activation& act, const Vec<T>& g, const Vec<T>& u, Vec<T>& h,
+                  Vec<T>& dh_dg, Vec<T>& dh_du) {
+  using V = Vec<T>;
+  const V one(T(1)), sig = sigmoid(g);
+  if (act.kind == kSwiglu) {
+    const V silu = g * sig;
+    h = silu * u;
+    dh_dg = u * sig * (one + g * (one - sig));
+    dh_du = silu;
+    return;
+  }
+  const V beta(T(act.beta)), linear_beta(T(act.linear_beta));
+  const V tg = tanh(g / beta);
+  const V situ = beta * tg * sig;
+  V capped = u, d_capped = one;
+  if (act.linear_beta > 0) {
+    const V tu = tanh(u / linear_beta);
+    capped = linear_beta * tu;
+    d_capped = one - tu * tu;
+  }
+  h = situ * capped;
+  dh_dg = capped * ((one - tg * tg) * sig + situ * (one - sig));
+  dh_du = situ * d_capped;
+}
+
+// h = act(g, u) on n contiguous elements (partial vectors at the tail, same math).
+template <typename T>
+void glu_forward(const Activation& act, const T* g, const T* u, T* h, int64_t n) {
+  using V = Vec<T>;
+  for (int64_t i = 0; i < n; i += V::size()) {
+    const int64_t count = std::min<int64_t>(V::size(), n - i);
+    store(glu_value(act, load(g + i, count), load(u + i, count)), h + i, count);
+  }
+}
+
+// dg, du from dh for h = act(g, u) on n contiguous elements.
+template <typename T>
+void glu_backward(const Activation& act, const T* g, const T* u, const T* dh, T* dg, T* du,
+                  int64_t n) {
+  using V = Vec<T>;
+  for (int64_t i = 0; i < n; i += V::size()) {
+    const int64_t count = std::min<int64_t>(V::size(), n - i);
+    V h, dh_dg, dh_du;
+    glu_partials(act, load(g + i, count), load(u + i, count), h, dh_dg, dh_du);
+    const V grad = load(dh + i, count);
+    store(grad * dh_dg, dg + i, count);
+    store(grad * dh_du, du + i, count);
+  }
+}
+
+// Slots left at -1 (a row whose values never beat -inf: NaN or -inf throughout) take the lowest
+// experts not yet in the row, so every index is valid and the row's experts are distinct.
+inline void fill_unselected(int64_t* row, int64_t count) {
+  int64_t next = 0;
+  for (int64_t p = 0; p < count; ++p) {
+    if (row[p] >= 0) continue;
+    while (std::find(row, row + count, next) != row + count) ++next;
+    row[p] = next++;
+  }
+}
+
+// hidden[0:f] = w * act(g, u) for one token's row.
+template <typename T>
+void glu_rows(const Activation& act, const T* g, const T* u, T w, T* hidden, int64_t f) {
+  using V = Vec<T>;
+  for (int64_t i = 0; i < f; i += V::size()) {
+    const int64_t count = std::min<int64_t>(V::size(), f - i);
+    store(glu_value(act, load(g + i, count), load(u + i, count)) * V(w), hidden + i, count);
+  }
+}
+
+// C[r][p0:p0+count] (+)= sum_k A(r, k) B[k][p0:p0+count] for r in [r0, r0 + R): the R
+// accumulators stay in registers while the loop over k streams B's rows (one load, R FMAs).
+// A is an element accessor, B and C row accessors, so gathered token rows need no copies.
+template <int64_t R, bool Accumulate, typename T, typename AFn, typename BFn, typename CFn>
+void gemm_block(const AFn& a, const BFn& b_row, const CFn& c_row, int64_t r0, int64_t depth,
+                int64_t p0, int64_t count) {
+  using V = Vec<T>;
+  V acc[R];
+#pragma GCC unroll 4
+  for (int64_t q = 0; q < R; ++q) acc[q] = Accumulate ? load(c_row(r0 + q) + p0, count) : V(T(0));
+  for (int64_t k = 0; k < depth; ++k) {
+    const V v = load(b_row(k) + p0, count);
+#pragma GCC unroll 4
+    for (int64_t q = 0; q < R; ++q) acc[q] = at::vec::fmadd(V(a(r0 + q, k)), v, acc[q]);
+  }
+#pragma GCC unroll 4
+  for (int64_t q = 0; q < R; ++q) store(acc[q], c_row(r0 + q) + p0, count);
+}
+
+// C [rows, width] (+)= A [rows, depth] B [depth, width], through the accessors of gemm_block.
+// Loop order: with RowsOuter a row block's A rows (gathered token rows) stay in L1 across the
+// column vectors; without, one column vector of every B row (gathered token rows, when the
+// depth runs over tokens, as in weight gradients) stays in L1 across the row blocks.
+template <bool Accumulate, bool RowsOuter, typename T, typename AFn, typename BFn, typename CFn>
+void gemm(const AFn& a, const BFn& b_row, const CFn& c_row, int64_t rows, int64_t depth,
+          int64_t width) {
+  constexpr int64_t L = Vec<T>::size();
+  auto block = [&](int64_t r, int64_t p0) {
+    const int64_t count = std::min<int64_t>(L, width - p0);
+    if (r + 4 <= rows) {
+      gemm_block<4, Accumulate, T>(a, b_row, c_row, r, depth, p0, count);
+    } else {
+      for (; r < rows; ++r) gemm_block<1, Accumulate, T>(a, b_row, c_row, r, depth, p0, count);
+    }
+  };
+  if (RowsOuter) {
+    for (int64_t r = 0; r < rows; r += 4) {
+      for (int64_t p0 = 0; p0 < width; p0 += L) block(r, p0);
+    }
+  } else {
+    for (int64_t p0 = 0; p0 < width; p0 += L) {
+      for (int64_t r = 0; r < rows; r += 4) block(r, p0);
+    }
+  }
+}
+
+// dst [cols, rows] = src [rows, cols]^T.
+template <typename T>
+void transpose(const T* src, int64_t rows, int64_t cols, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  }
+}
+
+struct Plan {
+  const int64_t* order;     // [Nk] flat assignment of each sorted slot
+  const int64_t* token_of;  // [Nk] token of each sorted assignment
+  const int64_t* offsets;   // [E + 1] start of each expert's sorted range
+  int64_t num_experts;
+  int64_t width;   // a: token width (d_model or d_latent)
+  int64_t hidden;  // f: expert hidden width
+};
+
+Plan make_plan(const at::Tensor& order, const at::Tensor& token_of, const at::Tensor& offsets,
+               const at::Tensor& w_gate) {
+  return Plan{order.data_ptr<int64_t>(), token_of.data_ptr<int64_t>(),
+              offsets.data_ptr<int64_t>(), w_gate.size(0), w_gate.size(2), w_gate.size(1)};
+}
+
+// Each expert's sorted range [begin, end), in tiles of up to kTile slots. One thread runs all of
+// an expert's tiles, so weight gradients accumulate in a fixed order whatever the thread count.
+// `body(expert, p0, n, scratch)`; `setup(expert, scratch)` runs before an expert's first tile.
+template <typename T, typename Setup, typename Body>
+void for_each_tile(const Plan& plan, int64_t scratch_size, const Setup& setup, const Body& body) {
+  at::parallel_for(0, plan.num_experts, 1, [&](int64_t first, int64_t last) {
+    std::vector<T> scratch(scratch_size);
+    for (int64_t e = first; e < last; ++e) {
+      if (plan.offsets[e] == plan.offsets[e + 1]) continue;
+      setup(e, scratch.data());
+      for (int64_t p0 = plan.offsets[e]; p0 < plan.offsets[e + 1]; p0 += kTile) {
+        body(e, p0, std::min(kTile, plan.offsets[e + 1] - p0), scratch.data());
+      }
+    }
+  });
+}
+
+// out[t, :] = sum_j rows[position[t * k + j], :], j in order (deterministic per token).
+template <typename T>
+void sum_by_token(const T* rows, const int64_t* position, int64_t num_tokens, int64_t top_k,
+                  int64_t width, T* out) {
+  at::parallel_for(0, num_tokens, 256, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      T* dst = out + t * width;
+      std::fill(dst, dst + width, T(0));
+      for (int64_t j = 0; j < top_k; ++j) {
+        const T* src = rows + position[t * top_k + j] * width;
+        for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
+      }
+    }
+  });
+}
+
+void check_experts(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                   const at::Tensor& w_down) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x: expected contiguous [N, a]");
+  TORCH_CHECK(w_gate.dim() == 3 && w_gate.is_contiguous() && w_up.is_contiguous() &&
+                  w_down.is_contiguous(),
+              "expert weights: expected contiguous [E, f, a], [E, f, a], [E, a, f]");
+  TORCH_CHECK(w_gate.sizes() == w_up.sizes() && w_gate.size(2) == x.size(1) &&
+                  w_down.size(0) == w_gate.size(0) && w_down.size(1) == w_gate.size(2) &&
+                  w_down.size(2) == w_gate.size(1),
+              "expert weights: shapes do not match x and each other");
+  TORCH_CHECK(x.scalar_type() == w_gate.scalar_type() && x.scalar_type() == w_up.scalar_type() &&
+                  x.scalar_type() == w_down.scalar_type(),
+              "x and expert weights must share one dtype");
+}
+
+}  // namespace
+
+// h = act(gate, up) for contiguous tensors of one shape.
+at::Tensor glu_forward_op(const at::Tensor& gate, const at::Tensor& up, int64_t kind, double beta,
+                          double linear_beta) {
+  TORCH_CHECK(gate.is_contiguous() && up.is_contiguous() && gate.sizes() == up.sizes(),
+              "gate, up: expected contiguous tensors of one shape");
+  auto out = at::empty_like(gate);
+  const Activation act{kind, beta, linear_beta};
+  AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "glu_forward", [&] {
+    const scalar_t* g = gate.data_ptr<scalar_t>();
+    const scalar_t* u = up.data_ptr<scalar_t>();
+    scalar_t* h = out.data_ptr<scalar_t>();
+    at::parallel_for(0, gate.numel(), kElementGrain, [&](int64_t first, int64_t last) {
+      glu_forward(act, g + first, u + first, h + first, last - first);
+    });
+  });
+  return out;
+}
+
+std::vector<at::Tensor> glu_backward_op(const at::Tensor& gate, const at::Tensor& up,
+                                        const at::Tensor& grad_out, int64_t kind, double beta,
+                                        double linear_beta) {
+  TORCH_CHECK(gate.is_contiguous() && up.is_contiguous() && grad_out.is_contiguous() &&
+                  gate.sizes() == up.sizes() && gate.sizes() == grad_out.sizes(),
+              "gate, up, grad: expected contiguous tensors of one shape");
+  auto grad_gate = at::empty_like(gate), grad_up = at::empty_like(up);
+  const Activation act{kind, beta, linear_beta};
+  AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "glu_backward", [&] {
+    const scalar_t* g = gate.data_ptr<scalar_t>();
+    const scalar_t* u = up.data_ptr<scalar_t>();
+    const scalar_t* dh = grad_out.data_ptr<scalar_t>();
+    scalar_t* dg = grad_gate.data_ptr<scalar_t>();
+    scalar_t* du = grad_up.data_ptr<scalar_t>();
+    at::parallel_for(0, gate.numel(), kElementGrain, [&](int64_t first, int64_t last) {
+      glu_backward(act, g + first, u + first, dh + first, dg + first, du + first, last - first);
+    });
+  });
+  return {grad_gate, grad_up};
+}
+
+// Forward of the routed experts. Returns {out [N, a], pre [Nk, 2f]}: each sorted slot's gate and
+// up pre-activations side by side, for the backward. Everything is token-major: a tile's token
+// rows are read in place, and the gate and up projections run as one GEMM against [W_g; W_u]^T.
+//   x [N, a]; weight [Nk] routing weight of each flat assignment t * k + j (x's dtype);
+//   order [Nk] flat assignment of each sorted slot; token_of [Nk]; position [Nk] sorted slot of
+//   each flat assignment; offsets [E + 1] (the plan of `plan_dispatch_op`).
+std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor& weight_flat,
+                                           const at::Tensor& order, const at::Tensor& token_of,
+                                           const at::Tensor& position, const at::Tensor& offsets,
+                                           const at::Tensor& w_gate, const at::Tensor& w_up,
+                                           const at::Tensor& w_down, int64_t kind, double beta,
+                                           double linear_beta) {
+  check_experts(x, w_gate, w_up, w_down);
+  const Activation act{kind, beta, linear_beta};
+  const Plan plan = make_plan(order, token_of, offsets, w_gate);
+  const int64_t a = plan.width, f = plan.hidden, num_slots = token_of.numel();
+  auto pre = at::empty({num_slots, 2 * f}, x.options());
+  auto rows = at::empty({num_slots, a}, x.options());
+  auto out = at::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "experts_forward", [&] {
+    using T = scalar_t;
+    const T *xs = x.data_ptr<T>(), *weight = weight_flat.data_ptr<T>();
+    const T *wg = w_gate.data_ptr<T>(), *wu = w_up.data_ptr<T>(), *wd = w_down.data_ptr<T>();
+    T *pre_all = pre.data_ptr<T>(), *row_all = rows.data_ptr<T>();
+    // Scratch: [W_g; W_u]^T [a, 2f], W_d^T [f, a], one tile's hidden rows [kTile, f].
+    const int64_t scratch_size = 3 * a * f + kTile * f;
+    auto setup = [&](int64_t e, T* scratch) {
+      for (int64_t c = 0; c < a; ++c) {
+        for (int64_t i = 0; i < f; ++i) {
+          scratch[c * 2 * f + i] = wg[(e * f + i) * a + c];
+          scratch[c * 2 * f + f + i] = wu[(e * f + i) * a + c];
+        }
+      }
+      transpose(wd + e * a * f, a, f, scratch + 2 * a * f);
+    };
+    for_each_tile<T>(plan, scratch_size, setup, [&](int64_t, int64_t p0, int64_t n, T* scratch) {
+      const T *wgu_t = scratch, *wd_t = scratch + 2 * a * f;
+      T *hidden = scratch + 3 * a * f, *gu = pre_all + p0 * 2 * f;
+      const T* token_row[kTile];
+      for (int64_t t = 0; t < n; ++t) token_row[t] = xs + plan.token_of[p0 + t] * a;
+      gemm<false, true, T>([&](int64_t t, int64_t c) { return token_row[t][c]; },
+                     [&](int64_t c) { return wgu_t + c * 2 * f; },
+                     [&](int64_t t) { return gu + t * 2 * f; }, n, a, 2 * f);
+      for (int64_t t = 0; t < n; ++t) {
+        glu_rows(act, gu + t * 2 * f, gu + t * 2 * f + f, weight[plan.order[p0 + t]],
+                 hidden + t * f, f);
+      }
+      gemm<false, true, T>([&](int64_t t, int64_t i) { return hidden[t * f + i]; },
+                     [&](int64_t i) { return wd_t + i * a; },
+                     [&](int64_t t) { return row_all + (p0 + t) * a; }, n, f, a);
+    });
+    sum_by_token(row_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0),
+                 a, out.data_ptr<T>());
+  });
+  return {out, pre};
+}
+
+// One pass over a tile's hidden rows: from d(weighted hidden) [n, f] and the pre-activations
+// [n, 2f], the routing weight gradient per row, the weighted hidden [n, f] and dgu [n, 2f]
+// (dg and du side by side, like the pre-activations).
+template <typename T>
+void expert_hidden_backward(const Activation& act, const T* gu, const T* d_weighted, const T* w,
+                            int64_t n, int64_t f, T* weighted, T* dgu, T* dw) {
+  using V = Vec<T>;
+  for (int64_t t = 0; t < n; ++t) {
+    const V vw(w[t]);
+    V dot(T(0));
+    const T *g = gu + t * 2 * f, *u = g + f;
+    T *dg = dgu + t * 2 * f, *du = dg + f;
+    for (int64_t i = 0; i < f; i += V::size()) {
+      const int64_t count = std::min<int64_t>(V::size(), f - i);
+      V h, dh_dg, dh_du;
+      glu_partials(act, load(g + i, count), load(u + i, count), h, dh_dg, dh_du);
+      const V grad = load(d_weighted + t * f + i, count);
+      dot = at::vec::fmadd(grad, h, dot);  // lanes past count are zero in grad
+      store(h * vw, weighted + t * f + i, count);
+      const V dh = grad * vw;
+      store(dh * dh_dg, dg + i, count);
+      store(dh * dh_du, du + i, count);
+    }
+    T lanes[V::size()];
+    dot.store(lanes);
+    T sum = 0;
+    for (int64_t l = 0; l < V::size(); ++l) sum += lanes[l];
+    dw[t] = sum;
+  }
+}
+
+// Backward: {grad_x [N, a], grad_weight [Nk] (flat order), grad_w_gate, grad_w_up, grad_w_down}.
+std::vector<at::Tensor> experts_backward_op(
+    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight_flat,
+    const at::Tensor& order, const at::Tensor& token_of, const at::Tensor& position,
+    const at::Tensor& offsets, const at::Tensor& w_gate, const at::Tensor& w_up,
+    const at::Tensor& w_down, const at::Tensor& pre, int64_t kind, double beta,
+    double linear_beta) {
+  check_experts(x, w_gate, w_up, w_down);
+  TORCH_CHECK(grad_out.is_contiguous() && grad_out.sizes() == x.sizes(),
+              "grad_out: expected contiguous, shaped like x");
+  const Activation act{kind, beta, linear_beta};
+  const Plan plan = make_plan(order, token_of, offsets, w_gate);
+  const int64_t a = plan.width, f = plan.hidden, num_slots = token_of.numel();
+  auto grad_rows = at::empty({num_slots, a}, x.options());
+  auto grad_x = at::empty_like(x);
+  auto grad_weight = at::empty({num_slots}, x.options());
+  auto grad_gate_w = at::zeros_like(w_gate), grad_up_w = at::zeros_like(w_up);
+  auto grad_down_w = at::zeros_like(w_down);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "experts_backward", [&] {
+    using T = scalar_t;
+    const T *xs = x.data_ptr<T>(), *dy = grad_out.data_ptr<T>();
+    const T* weight = weight_flat.data_ptr<T>();
+    const T *wg = w_gate.data_ptr<T>(), *wu = w_up.data_ptr<T>(), *wd = w_down.data_ptr<T>();
+    const T* pre_all = pre.data_ptr<T>();
+    T *dwg = grad_gate_w.data_ptr<T>(), *dwu = grad_up_w.data_ptr<T>();
+    T* dwd = grad_down_w.data_ptr<T>();
+    T *dw_all = grad_weight.data_ptr<T>(), *drow_all = grad_rows.data_ptr<T>();
+    // Scratch per tile: d(weighted hidden) and weighted hidden [kTile, f], dgu [kTile, 2f],
+    // routing weights and their gradients [kTile].
+    const int64_t scratch_size = 4 * kTile * f + 2 * kTile;
+    auto setup = [](int64_t, T*) {};
+    for_each_tile<T>(plan, scratch_size, setup, [&](int64_t e, int64_t p0, int64_t n, T* scratch) {
+      T *d_weighted = scratch, *weighted = d_weighted + kTile * f, *dgu = weighted + kTile * f;
+      T *w = dgu + 2 * kTile * f, *dw = w + kTile;
+      const T* token_row[kTile];
+      const T* grad_row[kTile];
+      for (int64_t t = 0; t < n; ++t) {
+        token_row[t] = xs + plan.token_of[p0 + t] * a;
+        grad_row[t] = dy + plan.token_of[p0 + t] * a;
+        w[t] = weight[plan.order[p0 + t]];
+      }
+      const T* wd_e = wd + e * a * f;
+      // [W_g; W_u] row i, and the matching gradient row.
+      auto wgu_row = [&](int64_t i) { return i < f ? wg + (e * f + i) * a : wu + (e * f + i - f) * a; };
+      auto dwgu_row = [&](int64_t i) { return i < f ? dwg + (e * f + i) * a : dwu + (e * f + i - f) * a; };
+      // d(weighted hidden) [n, f] = dy W_d (W_d[e] is [a, f]).
+      gemm<false, true, T>([&](int64_t t, int64_t c) { return grad_row[t][c]; },
+                     [&](int64_t c) { return wd_e + c * f; },
+                     [&](int64_t t) { return d_weighted + t * f; }, n, a, f);
+      expert_hidden_backward(act, pre_all + p0 * 2 * f, d_weighted, w, n, f, weighted, dgu, dw);
+      for (int64_t t = 0; t < n; ++t) dw_all[plan.order[p0 + t]] = dw[t];
+      // Weight gradients, reduced over the tile's tokens: dW_d [a, f] += dy^T weighted,
+      // [dW_g; dW_u] [2f, a] += dgu^T x.
+      gemm<true, true, T>([&](int64_t c, int64_t t) { return grad_row[t][c]; },
+                    [&](int64_t t) { return weighted + t * f; },
+                    [&](int64_t c) { return dwd + e * a * f + c * f; }, a, n, f);
+      gemm<true, false, T>([&](int64_t i, int64_t t) { return dgu[t * 2 * f + i]; },
+                           [&](int64_t t) { return token_row[t]; }, dwgu_row, 2 * f, n, a);
+      // dx rows [n, a] = dgu [W_g; W_u].
+      gemm<false, true, T>([&](int64_t t, int64_t i) { return dgu[t * 2 * f + i]; }, wgu_row,
+                     [&](int64_t t) { return drow_all + (p0 + t) * a; }, n, 2 * f, a);
+    });
+    sum_by_token(drow_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0),
+                 a, grad_x.data_ptr<T>());
+  });
+  return {grad_x, grad_weight, grad_gate_w, grad_up_w, grad_down_w};
+}
+
+// Top `count` of biased = scores + bias per row: {values [N, count] fp32, index [N, count]
+// int64}, larger first, the lower expert first on ties (torch.topk leaves tie order open).
+// Vectorised across rows: each vector lane is one row, and every expert passes through a
+// branchless insertion network of `count` compare-and-swap steps. Rows whose values are all
+// NaN or -inf (never from a sigmoid) fall back to a scalar fill, so indices are always valid and
+// distinct.
+std::vector<at::Tensor> select_top_op(const at::Tensor& scores, const at::Tensor& bias,
+                                      int64_t count) {
+  TORCH_CHECK(scores.dim() == 2 && scores.is_contiguous() &&
+                  scores.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
+                  bias.is_contiguous() && bias.numel() == scores.size(1),
+              "select_top: expected contiguous fp32 scores [N, E] and bias [E]");
+  const int64_t num_rows = scores.size(0), num_experts = scores.size(1);
+  TORCH_CHECK(count >= 1 && count <= num_experts, "select_top: count must be in [1, E]");
+  auto values = at::empty({num_rows, count}, scores.options());
+  auto index = at::empty({num_rows, count}, scores.options().dtype(at::kLong));
+  const float *s = scores.data_ptr<float>(), *b = bias.data_ptr<float>();
+  float* out_values = values.data_ptr<float>();
+  int64_t* out_index = index.data_ptr<int64_t>();
+  using V = Vec<float>;
+  constexpr int64_t L = V::size();
+  const int64_t num_blocks = (num_rows + L - 1) / L;
+  at::parallel_for(0, num_blocks, 16, [&](int64_t first, int64_t last) {
+    std::vector<float> block(num_experts * L);
+    std::vector<V> vals(count), idx(count);
+    float lane_values[L], lane_index[L];
+    for (int64_t blk = first; blk < last; ++blk) {
+      const int64_t r0 = blk * L, rows = std::min(L, num_rows - r0);
+      for (int64_t l = 0; l < L; ++l) {
+        for (int64_t e = 0; e < num_experts; ++e) {
+          block[e * L + l] = l < rows ? s[(r0 + l) * num_experts + e] + b[e] : 0.f;
+        }
+      }
+      std::fill(vals.begin(), vals.end(), V(-std::numeric_limits<float>::infinity()));
+      std::fill(idx.begin(), idx.end(), V(-1.f));
+      for (int64_t e = 0; e < num_experts; ++e) {
+        V candidate = V::loadu(&block[e * L]);
+        V candidate_index{float(e)};
+        for (int64_t p = 0; p < count; ++p) {
+          // Order by (value desc, expert asc): a displaced entry moving down must still pass
+          // an equal value held by a higher expert.
+          const V greater = (candidate > vals[p]) |
+                            ((candidate == vals[p]) & (candidate_index < idx[p]));
+          const V kept = V::blendv(vals[p], candidate, greater);
+          candidate = V::blendv(candidate, vals[p], greater);
+          vals[p] = kept;
+          const V kept_index = V::blendv(idx[p], candidate_index, greater);
+          candidate_index = V::blendv(candidate_index, idx[p], greater);
+          idx[p] = kept_index;
+        }
+      }
+      for (int64_t p = 0; p < count; ++p) {
+        vals[p].store(lane_values);
+        idx[p].store(lane_index);
+        for (int64_t l = 0; l < rows; ++l) {
+          out_values[(r0 + l) * count + p] = lane_values[l];
+          out_index[(r0 + l) * count + p] = int64_t(lane_index[l]);
+        }
+      }
+      for (int64_t l = 0; l < rows; ++l) fill_unselected(out_index + (r0 + l) * count, count);
+    }
+  });
+  return {values, index};
+}
+
+// The router after its linear map (architecture.md 5.1), fp32: scores = sigmoid(logits);
+// selection = top `count` of scores + bias (select_top's order); weights = rho * s_sel / sum s_sel
+// over the first k selections. Returns {scores [N, E], values [N, count], index [N, count],
+// weights [N, k]}.
+std::vector<at::Tensor> route_forward_op(const at::Tensor& logits, const at::Tensor& bias,
+                                         int64_t top_k, int64_t count, double routed_scale) {
+  TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous() && logits.scalar_type() == at::kFloat,
+              "route: expected contiguous fp32 logits [N, E]");
+  TORCH_CHECK(top_k >= 1 && top_k <= count, "route: need 1 <= top_k <= count");
+  auto scores = at::empty_like(logits);
+  {
+    using V = Vec<float>;
+    const float* in = logits.data_ptr<float>();
+    float* out = scores.data_ptr<float>();
+    const int64_t n = logits.numel();
+    at::parallel_for(0, n, kElementGrain, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; i += V::size()) {
+        const int64_t m = std::min<int64_t>(V::size(), last - i);
+        store(sigmoid(load(in + i, m)), out + i, m);
+      }
+    });
+  }
+  auto selection = select_top_op(scores, bias, count);
+  const auto& index = selection[1];
+  const int64_t num_rows = logits.size(0), num_experts = logits.size(1);
+  auto weights = at::empty({num_rows, top_k}, logits.options());
+  const float* s = scores.data_ptr<float>();
+  const int64_t* idx = index.data_ptr<int64_t>();
+  float* w = weights.data_ptr<float>();
+  at::parallel_for(0, num_rows, 256, [&](int64_t first, int64_t last) {
+    for (int64_t row = first; row < last; ++row) {
+      float total = 0;
+      for (int64_t j = 0; j < top_k; ++j) total += s[row * num_experts + idx[row * count + j]];
+      for (int64_t j = 0; j < top_k; ++j) {
+        w[row * top_k + j] =
+            float(routed_scale) * s[row * num_experts + idx[row * count + j]] / total;
+      }
+    }
+  });
+  return {scores, selection[0], index, weights};
+}
+
+// Gradient of route_forward's logits from those of scores and weights.
+at::Tensor route_backward_op(const at::Tensor& grad_scores, const at::Tensor& grad_weights,
+                             const at::Tensor& scores, const at::Tensor& index,
+                             const at::Tensor& weights, double routed_scale) {
+  const int64_t num_rows = scores.size(0), num_experts = scores.size(1);
+  const int64_t top_k = weights.size(1), count = index.size(1);
+  // An empty grad_scores stands for zeros (scores unused downstream).
+  auto grad = grad_scores.numel() ? grad_scores.contiguous().clone() : at::zeros_like(scores);
+  const auto dw_c = grad_weights.contiguous();
+  const float *s = scores.data_ptr<float>(), *w = weights.data_ptr<float>();
+  const float* dw = dw_c.data_ptr<float>();
+  const int64_t* idx = index.data_ptr<int64_t>();
+  float* ds = grad.data_ptr<float>();
+  at::parallel_for(0, num_rows, 256, [&](int64_t first, int64_t last) {
+    for (int64_t row = first; row < last; ++row) {
+      // w_j = rho c_j / S: dc_m = (dw_m - sum_j dw_j w_j / rho) rho / S.
+      float total = 0, projected = 0;
+      for (int64_t j = 0; j < top_k; ++j) {
+        total += s[row * num_experts + idx[row * count + j]];
+        projected += dw[row * top_k + j] * w[row * top_k + j];
+      }
+      projected /= float(routed_scale);
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t e = idx[row * count + j];
+        ds[row * num_experts + e] += (dw[row * top_k + j] - projected) * float(routed_scale) / total;
+      }
+      for (int64_t e = 0; e < num_experts; ++e) {
+        const float sig = s[row * num_experts + e];
+        ds[row * num_experts + e] *= sig * (1 - sig);
+      }
+    }
+  });
+  return grad;
+}
+
+// DeepSeek-V3 sequence-wise balance loss (router.sequence_aux_loss): alpha / B sum_b sum_e
+// f_be P_be with f_be = E / (k T) #{t in b : e selected} and P_be = mean_t s_te / sum_e' s_te'.
+// Returns {loss (0-dim), coefficient [B, E] = alpha f_be / (B T)}; the backward needs only the
+// coefficient: d loss / d s'_te = coefficient[b(t), e].
+std::vector<at::Tensor> sequence_aux_forward_op(const at::Tensor& scores, const at::Tensor& index,
+                                                int64_t top_k, int64_t num_sequences,
+                                                double alpha) {
+  TORCH_CHECK(scores.dim() == 2 && scores.is_contiguous() && scores.scalar_type() == at::kFloat,
+              "sequence_aux: expected contiguous fp32 scores [N, E]");
+  const int64_t num_rows = scores.size(0), num_experts = scores.size(1), count = index.size(1);
+  const int64_t seq_len = num_rows / num_sequences;
+  auto coefficient = at::zeros({num_sequences, num_experts}, scores.options());
+  const float* s = scores.data_ptr<float>();
+  const int64_t* idx = index.data_ptr<int64_t>();
+  float* coef = coefficient.data_ptr<float>();
+  const double f_scale = double(num_experts) / (double(top_k) * double(seq_len));
+  double loss = 0;
+  std::vector<double> probability(num_experts);
+  for (int64_t b = 0; b < num_sequences; ++b) {
+    std::fill(probability.begin(), probability.end(), 0.0);
+    float* c = coef + b * num_experts;
+    for (int64_t t = b * seq_len; t < (b + 1) * seq_len; ++t) {
+      double total = 0;
+      for (int64_t e = 0; e < num_experts; ++e) total += s[t * num_experts + e];
+      for (int64_t e = 0; e < num_experts; ++e) probability[e] += s[t * num_experts + e] / total;
+      for (int64_t j = 0; j < top_k; ++j) c[idx[t * count + j]] += 1;
+    }
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const double fraction = f_scale * c[e];
+      loss += fraction * probability[e] / double(seq_len);
+      c[e] = float(alpha * fraction / (double(num_sequences) * double(seq_len)));
+    }
+  }
+  return {at::scalar_tensor(alpha * loss / double(num_sequences), scores.options()), coefficient};
+}
+
+// d loss / d scores [N, E] for the loss of sequence_aux_forward_op, times grad_loss.
+at::Tensor sequence_aux_backward_op(const at::Tensor& grad_loss, const at::Tensor& scores,
+                                    const at::Tensor& coefficient) {
+  const int64_t num_rows = scores.size(0), num_experts = scores.size(1);
+  const int64_t seq_len = num_rows / coefficient.size(0);
+  auto grad = at::empty_like(scores);
+  const float upstream = grad_loss.item<float>();
+  const float *s = scores.data_ptr<float>(), *coef = coefficient.data_ptr<float>();
+  float* ds = grad.data_ptr<float>();
+  at::parallel_for(0, num_rows, 256, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      // s'_e = s_e / Z: ds_m = (g_m - sum_e g_e s'_e) / Z with g = coefficient of t's sequence.
+      const float* c = coef + (t / seq_len) * num_experts;
+      float total = 0, projected = 0;
+      for (int64_t e = 0; e < num_experts; ++e) total += s[t * num_experts + e];
+      for (int64_t e = 0; e < num_experts; ++e) projected += c[e] * s[t * num_experts + e];
+      projected /= total;
+      for (int64_t e = 0; e < num_experts; ++e) {
+        ds[t * num_experts + e] = upstream * (c[e] - projected) / total;
+      }
+    }
+  });
+  return grad;
+}
+
+// Quantile Balancing margin counts (ops/qb/histogram.margin_counts): [E, 1 + R] int64. Column 0
+// counts each token's (k+1)-th expert (the point mass); the other margins s - cutoff fall into R
+// bins of width `width` from `lo`, out-of-range (and NaN) clamped. The bin arithmetic is the same
+// fp64 subtract, subtract, divide, floor as the torch version, so the counts are identical.
+at::Tensor margin_counts_op(const at::Tensor& scores, const at::Tensor& cutoff,
+                            const at::Tensor& cutoff_expert, double lo, double width,
+                            int64_t num_bins) {
+  TORCH_CHECK(scores.dim() == 2 && scores.is_contiguous() && scores.scalar_type() == at::kFloat,
+              "margin_counts: expected contiguous fp32 scores [N, E]");
+  const int64_t num_rows = scores.size(0), num_experts = scores.size(1);
+  auto counts = at::zeros({num_experts, num_bins + 1}, cutoff_expert.options());
+  const auto cutoff_c = cutoff.contiguous().to(at::kFloat);
+  const auto expert_c = cutoff_expert.contiguous();
+  const float *s = scores.data_ptr<float>(), *c = cutoff_c.data_ptr<float>();
+  const int64_t* owner = expert_c.data_ptr<int64_t>();
+  int64_t* out = counts.data_ptr<int64_t>();
+  for (int64_t t = 0; t < num_rows; ++t) {
+    const double alpha = c[t];
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (e == owner[t]) {
+        ++out[e * (num_bins + 1)];
+        continue;
+      }
+      const double position = std::floor((double(s[t * num_experts + e]) - alpha - lo) / width);
+      const int64_t bin = position >= 0 ? std::min<int64_t>(int64_t(std::min(position, 1e18)),
+                                                             num_bins - 1)
+                                        : 0;
+      ++out[e * (num_bins + 1) + 1 + bin];
+    }
+  }
+  return counts;
+}
+
+// Counting sort of the [N, k] selections by expert (stable: token order within an expert):
+// {order [Nk] flat assignment of each sorted slot, token_of [Nk], position [Nk] sorted slot of
+// each flat assignment, offsets [E + 1]}.
+std::vector<at::Tensor> plan_dispatch_op(const at::Tensor& expert_idx, int64_t num_experts) {
+  TORCH_CHECK(expert_idx.dim() == 2 && expert_idx.is_contiguous() &&
+                  expert_idx.scalar_type() == at::kLong,
+              "plan_dispatch: expected contiguous int64 [N, k]");
+  const int64_t top_k = expert_idx.size(1), total = expert_idx.numel();
+  const int64_t* flat = expert_idx.data_ptr<int64_t>();
+  auto options = expert_idx.options();
+  auto order = at::empty({total}, options), token_of = at::empty({total}, options);
+  auto position = at::empty({total}, options), offsets = at::zeros({num_experts + 1}, options);
+  int64_t *o = order.data_ptr<int64_t>(), *t = token_of.data_ptr<int64_t>();
+  int64_t *p = position.data_ptr<int64_t>(), *off = offsets.data_ptr<int64_t>();
+  for (int64_t i = 0; i < total; ++i) {
+    TORCH_CHECK(flat[i] >= 0 && flat[i] < num_experts, "plan_dispatch: expert ", flat[i],
+                " out of range [0, ", num_experts, ")");
+    ++off[flat[i] + 1];
+  }
+  for (int64_t e = 0; e < num_experts; ++e) off[e + 1] += off[e];
+  std::vector<int64_t> cursor(off, off + num_experts);
+  for (int64_t i = 0; i < total; ++i) {
+    const int64_t slot = cursor[flat[i]]++;
+    o[slot] = i;
+    t[slot] = i / top_k;
+    p[i] = slot;
+  }
+  return {order, token_of, position, offsets};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("select_top", &select_top_op);
+  m.def("plan_dispatch", &plan_dispatch_op);
+  m.def("route_forward", &route_forward_op);
+  m.def("margin_counts", &margin_counts_op);
+  m.def("route_backward", &route_backward_op);
+  m.def("sequence_aux_forward", &sequence_aux_forward_op);
+  m.def("sequence_aux_backward", &sequence_aux_backward_op);
+  m.def("glu_forward", &glu_forward_op);
+  m.def("glu_backward", &glu_backward_op);
+  m.def("experts_forward", &experts_forward_op);
+  m.def("experts_backward", &experts_backward_op);
+}
