@@ -1,7 +1,8 @@
 """`k3scale bench moe`: MoE layer vs a dense FFN of equal active size, and the QB update cost.
 
 Side by side in one run, interleaved repetitions, median CPU times on one thread:
-* forward+backward tokens/s of one MoE layer (training mode, statistics recorded) for the K2 and
+* forward+backward tokens/s (the input's gradient included, as inside a network) of one MoE
+  layer (training mode, statistics recorded, fused CPU kernels when built) for the K2 and
   K3 rungs of the demo study (t1-t3; the full run adds t5), over that of a dense GLU FFN whose
   width gives the same ACTIVE parameter count (router, shared experts, k routed experts, latent
   projections). The ratio is the price of routing and dispatch; target >= 0.5 at the demo sizes.
@@ -48,6 +49,7 @@ def active_params(d_model: int, cfg: MoEConfig) -> int:
 def _train_step(module: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
     def step() -> None:
         module.zero_grad(set_to_none=True)
+        x.grad = None
         module(x).square().mean().backward()
 
     return step
@@ -77,7 +79,9 @@ def compare_family(family: str, size: str, num_tokens: int, reps: int) -> dict:
         model_cfg.situ_linear_beta,
         model_cfg.init_std,
     )
-    x = torch.randn(1, num_tokens, d_model)
+    # Inside a network the FFN input needs its gradient too (it comes from the residual stream),
+    # so both layers also pay for the backward to their input.
+    x = torch.randn(1, num_tokens, d_model, requires_grad=True)
     moe.train()
     times = median_times({"moe": _train_step(moe, x), "dense": _train_step(dense, x)}, reps)
     update_balancing(moe)

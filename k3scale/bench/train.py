@@ -6,7 +6,8 @@ for a fixed number of steps by the real `train()` (data loading, Muon/AdamW, bal
 included; evaluation excluded from the timing). Throughput is the median of the per-step
 `perf/tokens_per_s` the trainer writes to its replica, after the first (warm-up) step. MFU is
 `flops_per_token(cfg, seq_len)` (training, attention included) times tokens/s over the matmul
-peak of the run's precision.
+peak of the run's precision. `step_split` then times forward+backward and the optimizer step
+apart on the same model, which shows how much of the gap to the peak the optimizer accounts for.
 
 Models: the K2 and K3 rungs of the demo study (`experiments/k2_vs_k3.py`, preset `demo`: rungs
 t1-t3, seq_len 64) and, for each rung, a dense GPT of the K2 rung's active size: a `K2Config`
@@ -25,6 +26,7 @@ import dataclasses
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -32,8 +34,11 @@ import torch
 from k3scale.config import DataConfig, OptimConfig, RunConfig, ScheduleConfig, TrainConfig
 from k3scale.data.sample import prepare_sample
 from k3scale.models import accounting
+from k3scale.models.balancing import update_balancing
 from k3scale.models.config import K2Config, ModelConfig
+from k3scale.models.model import build_model
 from k3scale.models.presets import get_preset, k2_config
+from k3scale.optim.muon import build_optimizer
 from k3scale.track import schema
 from k3scale.track.replica import read_replica
 from k3scale.train.loop import train
@@ -132,6 +137,36 @@ def measure_run(name: str, model: ModelConfig, precision: str, data_root: Path, 
     }
 
 
+def step_split(model_cfg: ModelConfig, precision: str, steps: int) -> dict:
+    """Where one training step's time goes: forward+backward vs the optimizer step.
+
+    The same model and optimizer builders and the same micro-batch as the trainer, timed apart
+    (median over `steps` after a warm-up step; random tokens). The 6ND-style FLOP count has no
+    term for Muon's Newton-Schulz iterations, so the optimizer's share of the step comes straight
+    off MFU at the demo's 1024-token steps.
+    """
+    torch.manual_seed(0)
+    model = build_model(model_cfg)
+    optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
+    tokens = torch.randint(0, model_cfg.vocab_size, (BATCH_SIZE, SEQ_LEN + 1))
+    times: dict[str, list[float]] = {"fwd_bwd": [], "optimizer": []}
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = model(tokens[:, :-1], targets=tokens[:, 1:], with_logits=False)
+        out.loss.backward()
+        middle = time.perf_counter()
+        optimizer.step()
+        update_balancing(model)
+        end = time.perf_counter()
+        if step > 0:
+            times["fwd_bwd"].append(middle - start)
+            times["optimizer"].append(end - middle)
+    fwd_bwd, optimizer_s = (statistics.median(times[key]) for key in ("fwd_bwd", "optimizer"))
+    return {"fwd_bwd_s": fwd_bwd, "optimizer_s": optimizer_s}
+
+
 def run(quick: bool) -> dict:
     """Measure the matmul peaks, then every model's training throughput and MFU.
 
@@ -161,12 +196,18 @@ def run(quick: bool) -> dict:
                 # run, so a load that eases mid-run rarely pushes MFU above 1.
                 samples[precision].append(measure_matmul_peak(dtypes[precision], seconds=0.3))
                 runs.append(measure_run(name, model, precision, Path(data_root), steps))
+                runs[-1].update(step_split(model, precision, steps))
     finally:
         torch.set_num_threads(previous_threads)
     peaks = {key: max(values) for key, values in samples.items()}
     for entry in runs:
-        entry["mfu"] = mfu(
-            entry["flops_per_token"], entry["tokens_per_s"], peaks[entry["precision"]]
+        peak = peaks[entry["precision"]]
+        entry["mfu"] = mfu(entry["flops_per_token"], entry["tokens_per_s"], peak)
+        # MFU of forward+backward alone, and the optimizer's share of a step (step_split).
+        split_tokens_per_s = BATCH_SIZE * SEQ_LEN / entry["fwd_bwd_s"]
+        entry["mfu_fwd_bwd"] = mfu(entry["flops_per_token"], split_tokens_per_s, peak)
+        entry["optimizer_share"] = entry["optimizer_s"] / (
+            entry["optimizer_s"] + entry["fwd_bwd_s"]
         )
     return {
         "matmul_peak_flops": peaks,
@@ -194,12 +235,17 @@ def render(result: dict) -> str:
         f"on {result['cpu_count']} CPUs (other processes lower every number)",
         "",
         f"{'model':<14} {'prec':<5} {'d':>4} {'L':>3} {'N_active':>10} {'FLOP/token':>11} "
-        f"{'tokens/s':>9} {'GFLOP/s':>8} {'MFU':>6}",
+        f"{'tokens/s':>9} {'GFLOP/s':>8} {'MFU':>6} {'fwd+bwd MFU':>12} {'opt share':>10}",
     ]
     for r in result["runs"]:
         lines.append(
             f"{r['name']:<14} {r['precision']:<5} {r['d_model']:>4} {r['num_layers']:>3} "
             f"{r['n_active']:>10,} {r['flops_per_token']:>11,} {r['tokens_per_s']:>9,.0f} "
-            f"{r['achieved_flops_per_s'] / 1e9:>8.2f} {r['mfu']:>6.1%}"
+            f"{r['achieved_flops_per_s'] / 1e9:>8.2f} {r['mfu']:>6.1%} "
+            f"{r['mfu_fwd_bwd']:>12.1%} {r['optimizer_share']:>10.0%}"
         )
+    lines.append(
+        "fwd+bwd MFU: forward+backward alone; opt share: optimizer step (Muon's Newton-Schulz, "
+        "AdamW, balancing) over the whole step, a cost 6ND does not count"
+    )
     return "\n".join(lines)

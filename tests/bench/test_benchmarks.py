@@ -44,6 +44,8 @@ def test_train_prints_peaks_and_mfu_per_model(capsys):
     names = [run["name"] for run in result["runs"]]
     assert {name.split("-")[0] for name in names} == {"k2", "k3", "dense"}
     assert all(positive(run["tokens_per_s"]) and positive(run["mfu"]) for run in result["runs"])
+    for run in result["runs"]:
+        assert positive(run["mfu_fwd_bwd"]) and 0 < run["optimizer_share"] < 1
 
 
 @pytest.mark.slow
