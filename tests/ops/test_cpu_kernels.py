@@ -1,7 +1,7 @@
 """The fused C++ CPU kernels (ops/cpu/kernels.cpp) against their torch references: routed experts
 (naive.py, dispatch.py), the router and aux loss (models/router.py), QB margin counts
 (ops/qb/histogram.py) and the GLU activations (ops/situ/naive.py): outputs and every gradient,
-fp64 gradient checks, thread-count independence, and the fallback when the kernels are off."""
+fp64 gradient checks, and the fallback when the kernels are off or fail to build."""
 
 from __future__ import annotations
 
@@ -106,31 +106,6 @@ def test_experts_gradcheck_fp64(activation):
         )
 
     assert torch.autograd.gradcheck(fused, inputs)
-
-
-def test_experts_do_not_depend_on_thread_count():
-    problem = random_problem(500, 8, 2, width=24, d_ff=8)
-    reference, kernel_activation = ACTIVATIONS["situ"]
-    threads = torch.get_num_threads()
-    results = []
-    try:
-        for count in (1, 2):
-            torch.set_num_threads(count)
-            results.append(
-                outputs_and_grads(
-                    routed_experts,
-                    problem,
-                    reference,
-                    method="fused",
-                    kernel_activation=kernel_activation,
-                )
-            )
-    finally:
-        torch.set_num_threads(threads)
-    (out_1, grads_1), (out_2, grads_2) = results
-    assert torch.equal(out_1, out_2)
-    for name in DIFFERENTIABLE:
-        assert torch.equal(grads_1[name], grads_2[name]), name
 
 
 def test_fused_method_needs_the_kernel_activation():

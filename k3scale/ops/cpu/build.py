@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels.cpp")
 # AVX2 + FMA, the vector width ATen's `Vectorized` is compiled for here (Sleef's exp and tanh
-# come from libtorch); threads are ATen's (`at::parallel_for`, torch.set_num_threads).
+# come from libtorch). No OpenMP: the kernels run on the calling thread (see kernels.cpp).
 CFLAGS = [
     "-O3",
     "-mavx2",

@@ -8,14 +8,15 @@
 // * Routed experts (architecture.md section 5) on assignments sorted by expert (a counting sort,
 //   plan_dispatch_op): per expert, tiles of up to kTile tokens are read in place (token rows by
 //   index, no gather copies) and every projection is a small register-blocked GEMM; activation
-//   and routing weight are applied in the same pass. Weight gradients reduce over the tokens of
-//   one expert, which one thread owns: results do not depend on the thread count.
+//   and routing weight are applied in the same pass. Weight gradients reduce over an expert's
+//   tokens in sorted order, so results are deterministic.
 // * The router after its linear map (sigmoid, top-k with the balancing bias, weights), the
 //   sequence-wise aux loss, and Quantile Balancing's margin counts.
 //
 // Floating types are float and double; every sum runs in the input type (fp32 for the model).
+// Every kernel runs on the calling thread: the studies give each trial one thread, and threading
+// here would need a second OpenMP runtime beside the one torch bundles.
 
-#include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -32,8 +33,6 @@ constexpr int64_t kSwiglu = 0;
 constexpr int64_t kSitu = 1;
 // Tokens per expert tile: its [kTile, f] buffers stay in L1/L2 at the study widths.
 constexpr int64_t kTile = 128;
-// Elements per parallel chunk of the elementwise kernels.
-constexpr int64_t kElementGrain = 32768;
 
 struct Activation {
   int64_t kind;
@@ -49,15 +48,16 @@ inline __m256i lane_mask(int64_t count, int64_t lane_bytes) {
   alignas(32) static const int32_t table[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
                                                 0,  0,  0,  0,  0,  0,  0,  0};
   // 64-bit lanes are two 32-bit halves of the same mask.
-  return _mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(table + 8 - count * (lane_bytes / 4)));
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table + 8 - count * (lane_bytes / 4)));
 }
 
 inline Vec<float> load(const float* p, int64_t count) {
-  return count == 8 ? Vec<float>(_mm256_loadu_ps(p)) : Vec<float>(_mm256_maskload_ps(p, lane_mask(count, 4)));
+  return count == 8 ? Vec<float>(_mm256_loadu_ps(p))
+                    : Vec<float>(_mm256_maskload_ps(p, lane_mask(count, 4)));
 }
 inline Vec<double> load(const double* p, int64_t count) {
-  return count == 4 ? Vec<double>(_mm256_loadu_pd(p)) : Vec<double>(_mm256_maskload_pd(p, lane_mask(count, 8)));
+  return count == 4 ? Vec<double>(_mm256_loadu_pd(p))
+                    : Vec<double>(_mm256_maskload_pd(p, lane_mask(count, 8)));
 }
 inline void store(const Vec<float>& v, float* p, int64_t count) {
   if (count == 8) {
@@ -116,8 +116,8 @@ Vec<T> glu_value(const Activation& act, const Vec<T>& g, const Vec<T>& u) {
 
 // h = act(g, u) and its partial derivatives dh/dg, dh/du on one vector.
 template <typename T>
-void glu_partials(const Activation& act, const Vec<T>& g, const Vec<T>& u, Vec<T>& h,
-                  Vec<T>& dh_dg, Vec<T>& dh_du) {
+void glu_partials(const Activation& act, const Vec<T>& g, const Vec<T>& u, Vec<T>& h, Vec<T>& dh_dg,
+                  Vec<T>& dh_du) {
   using V = Vec<T>;
   const V one(T(1)), sig = sigmoid(g);
   if (act.kind == kSwiglu) {
@@ -252,49 +252,49 @@ struct Plan {
 
 Plan make_plan(const at::Tensor& order, const at::Tensor& token_of, const at::Tensor& offsets,
                const at::Tensor& w_gate) {
-  return Plan{order.data_ptr<int64_t>(), token_of.data_ptr<int64_t>(),
-              offsets.data_ptr<int64_t>(), w_gate.size(0), w_gate.size(2), w_gate.size(1)};
+  return Plan{order.data_ptr<int64_t>(),
+              token_of.data_ptr<int64_t>(),
+              offsets.data_ptr<int64_t>(),
+              w_gate.size(0),
+              w_gate.size(2),
+              w_gate.size(1)};
 }
 
-// Each expert's sorted range [begin, end), in tiles of up to kTile slots. One thread runs all of
-// an expert's tiles, so weight gradients accumulate in a fixed order whatever the thread count.
+// Each expert's sorted range [begin, end), in tiles of up to kTile slots, in order: weight
+// gradients accumulate tile by tile.
 // `body(expert, p0, n, scratch)`; `setup(expert, scratch)` runs before an expert's first tile.
 template <typename T, typename Setup, typename Body>
 void for_each_tile(const Plan& plan, int64_t scratch_size, const Setup& setup, const Body& body) {
-  at::parallel_for(0, plan.num_experts, 1, [&](int64_t first, int64_t last) {
-    std::vector<T> scratch(scratch_size);
-    for (int64_t e = first; e < last; ++e) {
-      if (plan.offsets[e] == plan.offsets[e + 1]) continue;
-      setup(e, scratch.data());
-      for (int64_t p0 = plan.offsets[e]; p0 < plan.offsets[e + 1]; p0 += kTile) {
-        body(e, p0, std::min(kTile, plan.offsets[e + 1] - p0), scratch.data());
-      }
+  std::vector<T> scratch(scratch_size);
+  for (int64_t e = 0; e < plan.num_experts; ++e) {
+    if (plan.offsets[e] == plan.offsets[e + 1]) continue;
+    setup(e, scratch.data());
+    for (int64_t p0 = plan.offsets[e]; p0 < plan.offsets[e + 1]; p0 += kTile) {
+      body(e, p0, std::min(kTile, plan.offsets[e + 1] - p0), scratch.data());
     }
-  });
+  }
 }
 
 // out[t, :] = sum_j rows[position[t * k + j], :], j in order (deterministic per token).
 template <typename T>
 void sum_by_token(const T* rows, const int64_t* position, int64_t num_tokens, int64_t top_k,
                   int64_t width, T* out) {
-  at::parallel_for(0, num_tokens, 256, [&](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; ++t) {
-      T* dst = out + t * width;
-      std::fill(dst, dst + width, T(0));
-      for (int64_t j = 0; j < top_k; ++j) {
-        const T* src = rows + position[t * top_k + j] * width;
-        for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
-      }
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    T* dst = out + t * width;
+    std::fill(dst, dst + width, T(0));
+    for (int64_t j = 0; j < top_k; ++j) {
+      const T* src = rows + position[t * top_k + j] * width;
+      for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
     }
-  });
+  }
 }
 
 void check_experts(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
                    const at::Tensor& w_down) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x: expected contiguous [N, a]");
-  TORCH_CHECK(w_gate.dim() == 3 && w_gate.is_contiguous() && w_up.is_contiguous() &&
-                  w_down.is_contiguous(),
-              "expert weights: expected contiguous [E, f, a], [E, f, a], [E, a, f]");
+  TORCH_CHECK(
+      w_gate.dim() == 3 && w_gate.is_contiguous() && w_up.is_contiguous() && w_down.is_contiguous(),
+      "expert weights: expected contiguous [E, f, a], [E, f, a], [E, a, f]");
   TORCH_CHECK(w_gate.sizes() == w_up.sizes() && w_gate.size(2) == x.size(1) &&
                   w_down.size(0) == w_gate.size(0) && w_down.size(1) == w_gate.size(2) &&
                   w_down.size(2) == w_gate.size(1),
@@ -317,9 +317,7 @@ at::Tensor glu_forward_op(const at::Tensor& gate, const at::Tensor& up, int64_t 
     const scalar_t* g = gate.data_ptr<scalar_t>();
     const scalar_t* u = up.data_ptr<scalar_t>();
     scalar_t* h = out.data_ptr<scalar_t>();
-    at::parallel_for(0, gate.numel(), kElementGrain, [&](int64_t first, int64_t last) {
-      glu_forward(act, g + first, u + first, h + first, last - first);
-    });
+    glu_forward(act, g, u, h, gate.numel());
   });
   return out;
 }
@@ -338,9 +336,7 @@ std::vector<at::Tensor> glu_backward_op(const at::Tensor& gate, const at::Tensor
     const scalar_t* dh = grad_out.data_ptr<scalar_t>();
     scalar_t* dg = grad_gate.data_ptr<scalar_t>();
     scalar_t* du = grad_up.data_ptr<scalar_t>();
-    at::parallel_for(0, gate.numel(), kElementGrain, [&](int64_t first, int64_t last) {
-      glu_backward(act, g + first, u + first, dh + first, dg + first, du + first, last - first);
-    });
+    glu_backward(act, g, u, dh, dg, du, gate.numel());
   });
   return {grad_gate, grad_up};
 }
@@ -386,18 +382,18 @@ std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor
       const T* token_row[kTile];
       for (int64_t t = 0; t < n; ++t) token_row[t] = xs + plan.token_of[p0 + t] * a;
       gemm<false, true, T>([&](int64_t t, int64_t c) { return token_row[t][c]; },
-                     [&](int64_t c) { return wgu_t + c * 2 * f; },
-                     [&](int64_t t) { return gu + t * 2 * f; }, n, a, 2 * f);
+                           [&](int64_t c) { return wgu_t + c * 2 * f; },
+                           [&](int64_t t) { return gu + t * 2 * f; }, n, a, 2 * f);
       for (int64_t t = 0; t < n; ++t) {
         glu_rows(act, gu + t * 2 * f, gu + t * 2 * f + f, weight[plan.order[p0 + t]],
                  hidden + t * f, f);
       }
       gemm<false, true, T>([&](int64_t t, int64_t i) { return hidden[t * f + i]; },
-                     [&](int64_t i) { return wd_t + i * a; },
-                     [&](int64_t t) { return row_all + (p0 + t) * a; }, n, f, a);
+                           [&](int64_t i) { return wd_t + i * a; },
+                           [&](int64_t t) { return row_all + (p0 + t) * a; }, n, f, a);
     });
-    sum_by_token(row_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0),
-                 a, out.data_ptr<T>());
+    sum_by_token(row_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0), a,
+                 out.data_ptr<T>());
   });
   return {out, pre};
 }
@@ -434,12 +430,13 @@ void expert_hidden_backward(const Activation& act, const T* gu, const T* d_weigh
 }
 
 // Backward: {grad_x [N, a], grad_weight [Nk] (flat order), grad_w_gate, grad_w_up, grad_w_down}.
-std::vector<at::Tensor> experts_backward_op(
-    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight_flat,
-    const at::Tensor& order, const at::Tensor& token_of, const at::Tensor& position,
-    const at::Tensor& offsets, const at::Tensor& w_gate, const at::Tensor& w_up,
-    const at::Tensor& w_down, const at::Tensor& pre, int64_t kind, double beta,
-    double linear_beta) {
+std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at::Tensor& x,
+                                            const at::Tensor& weight_flat, const at::Tensor& order,
+                                            const at::Tensor& token_of, const at::Tensor& position,
+                                            const at::Tensor& offsets, const at::Tensor& w_gate,
+                                            const at::Tensor& w_up, const at::Tensor& w_down,
+                                            const at::Tensor& pre, int64_t kind, double beta,
+                                            double linear_beta) {
   check_experts(x, w_gate, w_up, w_down);
   TORCH_CHECK(grad_out.is_contiguous() && grad_out.sizes() == x.sizes(),
               "grad_out: expected contiguous, shaped like x");
@@ -476,27 +473,31 @@ std::vector<at::Tensor> experts_backward_op(
       }
       const T* wd_e = wd + e * a * f;
       // [W_g; W_u] row i, and the matching gradient row.
-      auto wgu_row = [&](int64_t i) { return i < f ? wg + (e * f + i) * a : wu + (e * f + i - f) * a; };
-      auto dwgu_row = [&](int64_t i) { return i < f ? dwg + (e * f + i) * a : dwu + (e * f + i - f) * a; };
+      auto wgu_row = [&](int64_t i) {
+        return i < f ? wg + (e * f + i) * a : wu + (e * f + i - f) * a;
+      };
+      auto dwgu_row = [&](int64_t i) {
+        return i < f ? dwg + (e * f + i) * a : dwu + (e * f + i - f) * a;
+      };
       // d(weighted hidden) [n, f] = dy W_d (W_d[e] is [a, f]).
       gemm<false, true, T>([&](int64_t t, int64_t c) { return grad_row[t][c]; },
-                     [&](int64_t c) { return wd_e + c * f; },
-                     [&](int64_t t) { return d_weighted + t * f; }, n, a, f);
+                           [&](int64_t c) { return wd_e + c * f; },
+                           [&](int64_t t) { return d_weighted + t * f; }, n, a, f);
       expert_hidden_backward(act, pre_all + p0 * 2 * f, d_weighted, w, n, f, weighted, dgu, dw);
       for (int64_t t = 0; t < n; ++t) dw_all[plan.order[p0 + t]] = dw[t];
       // Weight gradients, reduced over the tile's tokens: dW_d [a, f] += dy^T weighted,
       // [dW_g; dW_u] [2f, a] += dgu^T x.
       gemm<true, true, T>([&](int64_t c, int64_t t) { return grad_row[t][c]; },
-                    [&](int64_t t) { return weighted + t * f; },
-                    [&](int64_t c) { return dwd + e * a * f + c * f; }, a, n, f);
+                          [&](int64_t t) { return weighted + t * f; },
+                          [&](int64_t c) { return dwd + e * a * f + c * f; }, a, n, f);
       gemm<true, false, T>([&](int64_t i, int64_t t) { return dgu[t * 2 * f + i]; },
                            [&](int64_t t) { return token_row[t]; }, dwgu_row, 2 * f, n, a);
       // dx rows [n, a] = dgu [W_g; W_u].
       gemm<false, true, T>([&](int64_t t, int64_t i) { return dgu[t * 2 * f + i]; }, wgu_row,
-                     [&](int64_t t) { return drow_all + (p0 + t) * a; }, n, 2 * f, a);
+                           [&](int64_t t) { return drow_all + (p0 + t) * a; }, n, 2 * f, a);
     });
-    sum_by_token(drow_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0),
-                 a, grad_x.data_ptr<T>());
+    sum_by_token(drow_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0), a,
+                 grad_x.data_ptr<T>());
   });
   return {grad_x, grad_weight, grad_gate_w, grad_up_w, grad_down_w};
 }
@@ -509,9 +510,9 @@ std::vector<at::Tensor> experts_backward_op(
 // distinct.
 std::vector<at::Tensor> select_top_op(const at::Tensor& scores, const at::Tensor& bias,
                                       int64_t count) {
-  TORCH_CHECK(scores.dim() == 2 && scores.is_contiguous() &&
-                  scores.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
-                  bias.is_contiguous() && bias.numel() == scores.size(1),
+  TORCH_CHECK(scores.dim() == 2 && scores.is_contiguous() && scores.scalar_type() == at::kFloat &&
+                  bias.scalar_type() == at::kFloat && bias.is_contiguous() &&
+                  bias.numel() == scores.size(1),
               "select_top: expected contiguous fp32 scores [N, E] and bias [E]");
   const int64_t num_rows = scores.size(0), num_experts = scores.size(1);
   TORCH_CHECK(count >= 1 && count <= num_experts, "select_top: count must be in [1, E]");
@@ -523,46 +524,44 @@ std::vector<at::Tensor> select_top_op(const at::Tensor& scores, const at::Tensor
   using V = Vec<float>;
   constexpr int64_t L = V::size();
   const int64_t num_blocks = (num_rows + L - 1) / L;
-  at::parallel_for(0, num_blocks, 16, [&](int64_t first, int64_t last) {
-    std::vector<float> block(num_experts * L);
-    std::vector<V> vals(count), idx(count);
-    float lane_values[L], lane_index[L];
-    for (int64_t blk = first; blk < last; ++blk) {
-      const int64_t r0 = blk * L, rows = std::min(L, num_rows - r0);
-      for (int64_t l = 0; l < L; ++l) {
-        for (int64_t e = 0; e < num_experts; ++e) {
-          block[e * L + l] = l < rows ? s[(r0 + l) * num_experts + e] + b[e] : 0.f;
-        }
-      }
-      std::fill(vals.begin(), vals.end(), V(-std::numeric_limits<float>::infinity()));
-      std::fill(idx.begin(), idx.end(), V(-1.f));
+  std::vector<float> block(num_experts * L);
+  std::vector<V> vals(count), idx(count);
+  float lane_values[L], lane_index[L];
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    const int64_t r0 = blk * L, rows = std::min(L, num_rows - r0);
+    for (int64_t l = 0; l < L; ++l) {
       for (int64_t e = 0; e < num_experts; ++e) {
-        V candidate = V::loadu(&block[e * L]);
-        V candidate_index{float(e)};
-        for (int64_t p = 0; p < count; ++p) {
-          // Order by (value desc, expert asc): a displaced entry moving down must still pass
-          // an equal value held by a higher expert.
-          const V greater = (candidate > vals[p]) |
-                            ((candidate == vals[p]) & (candidate_index < idx[p]));
-          const V kept = V::blendv(vals[p], candidate, greater);
-          candidate = V::blendv(candidate, vals[p], greater);
-          vals[p] = kept;
-          const V kept_index = V::blendv(idx[p], candidate_index, greater);
-          candidate_index = V::blendv(candidate_index, idx[p], greater);
-          idx[p] = kept_index;
-        }
+        block[e * L + l] = l < rows ? s[(r0 + l) * num_experts + e] + b[e] : 0.f;
       }
-      for (int64_t p = 0; p < count; ++p) {
-        vals[p].store(lane_values);
-        idx[p].store(lane_index);
-        for (int64_t l = 0; l < rows; ++l) {
-          out_values[(r0 + l) * count + p] = lane_values[l];
-          out_index[(r0 + l) * count + p] = int64_t(lane_index[l]);
-        }
-      }
-      for (int64_t l = 0; l < rows; ++l) fill_unselected(out_index + (r0 + l) * count, count);
     }
-  });
+    std::fill(vals.begin(), vals.end(), V(-std::numeric_limits<float>::infinity()));
+    std::fill(idx.begin(), idx.end(), V(-1.f));
+    for (int64_t e = 0; e < num_experts; ++e) {
+      V candidate = V::loadu(&block[e * L]);
+      V candidate_index{float(e)};
+      for (int64_t p = 0; p < count; ++p) {
+        // Order by (value desc, expert asc): a displaced entry moving down must still pass
+        // an equal value held by a higher expert.
+        const V greater =
+            (candidate > vals[p]) | ((candidate == vals[p]) & (candidate_index < idx[p]));
+        const V kept = V::blendv(vals[p], candidate, greater);
+        candidate = V::blendv(candidate, vals[p], greater);
+        vals[p] = kept;
+        const V kept_index = V::blendv(idx[p], candidate_index, greater);
+        candidate_index = V::blendv(candidate_index, idx[p], greater);
+        idx[p] = kept_index;
+      }
+    }
+    for (int64_t p = 0; p < count; ++p) {
+      vals[p].store(lane_values);
+      idx[p].store(lane_index);
+      for (int64_t l = 0; l < rows; ++l) {
+        out_values[(r0 + l) * count + p] = lane_values[l];
+        out_index[(r0 + l) * count + p] = int64_t(lane_index[l]);
+      }
+    }
+    for (int64_t l = 0; l < rows; ++l) fill_unselected(out_index + (r0 + l) * count, count);
+  }
   return {values, index};
 }
 
@@ -581,12 +580,10 @@ std::vector<at::Tensor> route_forward_op(const at::Tensor& logits, const at::Ten
     const float* in = logits.data_ptr<float>();
     float* out = scores.data_ptr<float>();
     const int64_t n = logits.numel();
-    at::parallel_for(0, n, kElementGrain, [&](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; i += V::size()) {
-        const int64_t m = std::min<int64_t>(V::size(), last - i);
-        store(sigmoid(load(in + i, m)), out + i, m);
-      }
-    });
+    for (int64_t i = 0; i < n; i += V::size()) {
+      const int64_t m = std::min<int64_t>(V::size(), n - i);
+      store(sigmoid(load(in + i, m)), out + i, m);
+    }
   }
   auto selection = select_top_op(scores, bias, count);
   const auto& index = selection[1];
@@ -595,16 +592,14 @@ std::vector<at::Tensor> route_forward_op(const at::Tensor& logits, const at::Ten
   const float* s = scores.data_ptr<float>();
   const int64_t* idx = index.data_ptr<int64_t>();
   float* w = weights.data_ptr<float>();
-  at::parallel_for(0, num_rows, 256, [&](int64_t first, int64_t last) {
-    for (int64_t row = first; row < last; ++row) {
-      float total = 0;
-      for (int64_t j = 0; j < top_k; ++j) total += s[row * num_experts + idx[row * count + j]];
-      for (int64_t j = 0; j < top_k; ++j) {
-        w[row * top_k + j] =
-            float(routed_scale) * s[row * num_experts + idx[row * count + j]] / total;
-      }
+  for (int64_t row = 0; row < num_rows; ++row) {
+    float total = 0;
+    for (int64_t j = 0; j < top_k; ++j) total += s[row * num_experts + idx[row * count + j]];
+    for (int64_t j = 0; j < top_k; ++j) {
+      w[row * top_k + j] =
+          float(routed_scale) * s[row * num_experts + idx[row * count + j]] / total;
     }
-  });
+  }
   return {scores, selection[0], index, weights};
 }
 
@@ -621,25 +616,23 @@ at::Tensor route_backward_op(const at::Tensor& grad_scores, const at::Tensor& gr
   const float* dw = dw_c.data_ptr<float>();
   const int64_t* idx = index.data_ptr<int64_t>();
   float* ds = grad.data_ptr<float>();
-  at::parallel_for(0, num_rows, 256, [&](int64_t first, int64_t last) {
-    for (int64_t row = first; row < last; ++row) {
-      // w_j = rho c_j / S: dc_m = (dw_m - sum_j dw_j w_j / rho) rho / S.
-      float total = 0, projected = 0;
-      for (int64_t j = 0; j < top_k; ++j) {
-        total += s[row * num_experts + idx[row * count + j]];
-        projected += dw[row * top_k + j] * w[row * top_k + j];
-      }
-      projected /= float(routed_scale);
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int64_t e = idx[row * count + j];
-        ds[row * num_experts + e] += (dw[row * top_k + j] - projected) * float(routed_scale) / total;
-      }
-      for (int64_t e = 0; e < num_experts; ++e) {
-        const float sig = s[row * num_experts + e];
-        ds[row * num_experts + e] *= sig * (1 - sig);
-      }
+  for (int64_t row = 0; row < num_rows; ++row) {
+    // w_j = rho c_j / S: dc_m = (dw_m - sum_j dw_j w_j / rho) rho / S.
+    float total = 0, projected = 0;
+    for (int64_t j = 0; j < top_k; ++j) {
+      total += s[row * num_experts + idx[row * count + j]];
+      projected += dw[row * top_k + j] * w[row * top_k + j];
     }
-  });
+    projected /= float(routed_scale);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = idx[row * count + j];
+      ds[row * num_experts + e] += (dw[row * top_k + j] - projected) * float(routed_scale) / total;
+    }
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const float sig = s[row * num_experts + e];
+      ds[row * num_experts + e] *= sig * (1 - sig);
+    }
+  }
   return grad;
 }
 
@@ -688,19 +681,17 @@ at::Tensor sequence_aux_backward_op(const at::Tensor& grad_loss, const at::Tenso
   const float upstream = grad_loss.item<float>();
   const float *s = scores.data_ptr<float>(), *coef = coefficient.data_ptr<float>();
   float* ds = grad.data_ptr<float>();
-  at::parallel_for(0, num_rows, 256, [&](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; ++t) {
-      // s'_e = s_e / Z: ds_m = (g_m - sum_e g_e s'_e) / Z with g = coefficient of t's sequence.
-      const float* c = coef + (t / seq_len) * num_experts;
-      float total = 0, projected = 0;
-      for (int64_t e = 0; e < num_experts; ++e) total += s[t * num_experts + e];
-      for (int64_t e = 0; e < num_experts; ++e) projected += c[e] * s[t * num_experts + e];
-      projected /= total;
-      for (int64_t e = 0; e < num_experts; ++e) {
-        ds[t * num_experts + e] = upstream * (c[e] - projected) / total;
-      }
+  for (int64_t t = 0; t < num_rows; ++t) {
+    // s'_e = s_e / Z: ds_m = (g_m - sum_e g_e s'_e) / Z with g = coefficient of t's sequence.
+    const float* c = coef + (t / seq_len) * num_experts;
+    float total = 0, projected = 0;
+    for (int64_t e = 0; e < num_experts; ++e) total += s[t * num_experts + e];
+    for (int64_t e = 0; e < num_experts; ++e) projected += c[e] * s[t * num_experts + e];
+    projected /= total;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      ds[t * num_experts + e] = upstream * (c[e] - projected) / total;
     }
-  });
+  }
   return grad;
 }
 
@@ -728,9 +719,8 @@ at::Tensor margin_counts_op(const at::Tensor& scores, const at::Tensor& cutoff,
         continue;
       }
       const double position = std::floor((double(s[t * num_experts + e]) - alpha - lo) / width);
-      const int64_t bin = position >= 0 ? std::min<int64_t>(int64_t(std::min(position, 1e18)),
-                                                             num_bins - 1)
-                                        : 0;
+      const int64_t bin =
+          position >= 0 ? std::min<int64_t>(int64_t(std::min(position, 1e18)), num_bins - 1) : 0;
       ++out[e * (num_bins + 1) + 1 + bin];
     }
   }
@@ -741,9 +731,9 @@ at::Tensor margin_counts_op(const at::Tensor& scores, const at::Tensor& cutoff,
 // {order [Nk] flat assignment of each sorted slot, token_of [Nk], position [Nk] sorted slot of
 // each flat assignment, offsets [E + 1]}.
 std::vector<at::Tensor> plan_dispatch_op(const at::Tensor& expert_idx, int64_t num_experts) {
-  TORCH_CHECK(expert_idx.dim() == 2 && expert_idx.is_contiguous() &&
-                  expert_idx.scalar_type() == at::kLong,
-              "plan_dispatch: expected contiguous int64 [N, k]");
+  TORCH_CHECK(
+      expert_idx.dim() == 2 && expert_idx.is_contiguous() && expert_idx.scalar_type() == at::kLong,
+      "plan_dispatch: expected contiguous int64 [N, k]");
   const int64_t top_k = expert_idx.size(1), total = expert_idx.numel();
   const int64_t* flat = expert_idx.data_ptr<int64_t>();
   auto options = expert_idx.options();
