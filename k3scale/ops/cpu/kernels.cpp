@@ -201,16 +201,6 @@ inline void fill_unselected(int64_t* row, int64_t count) {
   }
 }
 
-// hidden[0:f] = w * act(g, u) for one token's row.
-template <typename T>
-void glu_rows(const Activation& act, const T* g, const T* u, T w, T* hidden, int64_t f) {
-  using V = Vec<T>;
-  for (int64_t i = 0; i < f; i += V::size()) {
-    const int64_t count = std::min<int64_t>(V::size(), f - i);
-    store(glu_value(act, load(g + i, count), load(u + i, count)) * V(w), hidden + i, count);
-  }
-}
-
 // C[r][p0:p0+count] (+)= sum_k A(r, k) B[k][p0:p0+count] for r in [r0, r0 + R): the R
 // accumulators stay in registers while the loop over k streams B's rows (one load, R FMAs).
 // A is an element accessor, B and C row accessors, so gathered token rows need no copies.
@@ -365,9 +355,11 @@ std::vector<at::Tensor> glu_backward_op(const at::Tensor& gate, const at::Tensor
   return {grad_gate, grad_up};
 }
 
-// Forward of the routed experts. Returns {out [N, a], pre [Nk, 2f]}: each sorted slot's gate and
-// up pre-activations side by side, for the backward. Everything is token-major: a tile's token
-// rows are read in place, and the gate and up projections run as one GEMM against [W_g; W_u]^T.
+// Forward of the routed experts. Returns {out [N, a], pre [Nk * 2f]}: the gate and up
+// pre-activations for the backward, per tile of n slots starting at p0 a gate block [n, f] then
+// an up block [n, f] at p0 * 2f. Token rows are read in place; the gate and up projections run as
+// one GEMM against [W_g; W_u]^T, and the activation runs over whole blocks (full vectors even
+// when f is narrower than one).
 //   x [N, a]; weight [Nk] routing weight of each flat assignment t * k + j (x's dtype);
 //   order [Nk] flat assignment of each sorted slot; token_of [Nk]; position [Nk] sorted slot of
 //   each flat assignment; offsets [E + 1] (the plan of `plan_dispatch_op`).
@@ -381,7 +373,7 @@ std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor
   const Activation act{kind, beta, linear_beta};
   const Plan plan = make_plan(order, token_of, offsets, w_gate);
   const int64_t a = plan.width, f = plan.hidden, num_slots = token_of.numel();
-  auto pre = at::empty({num_slots, 2 * f}, x.options());
+  auto pre = at::empty({num_slots * 2 * f}, x.options());
   auto rows = at::empty({num_slots, a}, x.options());
   auto out = at::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "experts_forward", [&] {
@@ -389,8 +381,9 @@ std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor
     const T *xs = x.data_ptr<T>(), *weight = weight_flat.data_ptr<T>();
     const T *wg = w_gate.data_ptr<T>(), *wu = w_up.data_ptr<T>(), *wd = w_down.data_ptr<T>();
     T *pre_all = pre.data_ptr<T>(), *row_all = rows.data_ptr<T>();
-    // Scratch: [W_g; W_u]^T [a, 2f], W_d^T [f, a], one tile's hidden rows [kTile, f].
-    const int64_t scratch_size = 3 * a * f + kTile * f;
+    // Scratch: [W_g; W_u]^T [a, 2f], W_d^T [f, a], a tile's projections [kTile, 2f] and hidden
+    // rows [kTile, f].
+    const int64_t scratch_size = 3 * a * f + 3 * kTile * f;
     auto setup = [&](int64_t e, T* scratch) {
       for (int64_t c = 0; c < a; ++c) {
         for (int64_t i = 0; i < f; ++i) {
@@ -402,15 +395,21 @@ std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor
     };
     for_each_tile<T>(plan, scratch_size, setup, [&](int64_t, int64_t p0, int64_t n, T* scratch) {
       const T *wgu_t = scratch, *wd_t = scratch + 2 * a * f;
-      T *hidden = scratch + 3 * a * f, *gu = pre_all + p0 * 2 * f;
+      T *gu = scratch + 3 * a * f, *hidden = gu + 2 * kTile * f;
+      T *g = pre_all + p0 * 2 * f, *u = g + n * f;
       const T* token_row[kTile];
       for (int64_t t = 0; t < n; ++t) token_row[t] = xs + plan.token_of[p0 + t] * a;
       gemm<false, true, T>([&](int64_t t, int64_t c) { return token_row[t][c]; },
                            [&](int64_t c) { return wgu_t + c * 2 * f; },
                            [&](int64_t t) { return gu + t * 2 * f; }, n, a, 2 * f);
       for (int64_t t = 0; t < n; ++t) {
-        glu_rows(act, gu + t * 2 * f, gu + t * 2 * f + f, weight[plan.order[p0 + t]],
-                 hidden + t * f, f);
+        std::copy(gu + t * 2 * f, gu + t * 2 * f + f, g + t * f);
+        std::copy(gu + t * 2 * f + f, gu + (t + 1) * 2 * f, u + t * f);
+      }
+      glu_forward(act, g, u, hidden, n * f);
+      for (int64_t t = 0; t < n; ++t) {
+        const T w = weight[plan.order[p0 + t]];
+        for (int64_t i = 0; i < f; ++i) hidden[t * f + i] *= w;
       }
       gemm<false, true, T>([&](int64_t t, int64_t i) { return hidden[t * f + i]; },
                            [&](int64_t i) { return wd_t + i * a; },
@@ -422,34 +421,23 @@ std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor
   return {out, pre};
 }
 
-// One pass over a tile's hidden rows: from d(weighted hidden) [n, f] and the pre-activations
-// [n, 2f], the routing weight gradient per row, the weighted hidden [n, f] and dgu [n, 2f]
-// (dg and du side by side, like the pre-activations).
+// One pass over a tile's m = n * f hidden elements (whole vectors): from d(weighted hidden), the
+// pre-activations g, u and each element's routing weight w, the weighted hidden, dg, du and the
+// products d(weighted hidden) * hidden (a row's sum is its routing weight's gradient).
 template <typename T>
-void expert_hidden_backward(const Activation& act, const T* gu, const T* d_weighted, const T* w,
-                            int64_t n, int64_t f, T* weighted, T* dgu, T* dw) {
+void expert_hidden_backward(const Activation& act, const T* g, const T* u, const T* d_weighted,
+                            const T* w, int64_t m, T* weighted, T* dg, T* du, T* product) {
   using V = Vec<T>;
-  for (int64_t t = 0; t < n; ++t) {
-    const V vw(w[t]);
-    V dot(T(0));
-    const T *g = gu + t * 2 * f, *u = g + f;
-    T *dg = dgu + t * 2 * f, *du = dg + f;
-    for (int64_t i = 0; i < f; i += V::size()) {
-      const int64_t count = std::min<int64_t>(V::size(), f - i);
-      V h, dh_dg, dh_du;
-      glu_partials(act, load(g + i, count), load(u + i, count), h, dh_dg, dh_du);
-      const V grad = load(d_weighted + t * f + i, count);
-      dot = at::vec::fmadd(grad, h, dot);  // lanes past count are zero in grad
-      store(h * vw, weighted + t * f + i, count);
-      const V dh = grad * vw;
-      store(dh * dh_dg, dg + i, count);
-      store(dh * dh_du, du + i, count);
-    }
-    T lanes[V::size()];
-    dot.store(lanes);
-    T sum = 0;
-    for (int64_t l = 0; l < V::size(); ++l) sum += lanes[l];
-    dw[t] = sum;
+  for (int64_t i = 0; i < m; i += V::size()) {
+    const int64_t count = std::min<int64_t>(V::size(), m - i);
+    V h, dh_dg, dh_du;
+    glu_partials(act, load(g + i, count), load(u + i, count), h, dh_dg, dh_du);
+    const V grad = load(d_weighted + i, count), vw = load(w + i, count);
+    store(grad * h, product + i, count);
+    store(h * vw, weighted + i, count);
+    const V dh = grad * vw;
+    store(dh * dh_dg, dg + i, count);
+    store(dh * dh_du, du + i, count);
   }
 }
 
@@ -481,44 +469,48 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
     T *dwg = grad_gate_w.data_ptr<T>(), *dwu = grad_up_w.data_ptr<T>();
     T* dwd = grad_down_w.data_ptr<T>();
     T *dw_all = grad_weight.data_ptr<T>(), *drow_all = grad_rows.data_ptr<T>();
-    // Scratch per tile: d(weighted hidden) and weighted hidden [kTile, f], dgu [kTile, 2f],
-    // routing weights and their gradients [kTile].
-    const int64_t scratch_size = 4 * kTile * f + 2 * kTile;
+    // Scratch per tile, each [kTile, f]: d(weighted hidden), weighted hidden, dg, du, routing
+    // weights per element, products.
+    const int64_t scratch_size = 6 * kTile * f;
     auto setup = [](int64_t, T*) {};
     for_each_tile<T>(plan, scratch_size, setup, [&](int64_t e, int64_t p0, int64_t n, T* scratch) {
-      T *d_weighted = scratch, *weighted = d_weighted + kTile * f, *dgu = weighted + kTile * f;
-      T *w = dgu + 2 * kTile * f, *dw = w + kTile;
+      T *d_weighted = scratch, *weighted = d_weighted + kTile * f, *dg = weighted + kTile * f;
+      T *du = dg + kTile * f, *w = du + kTile * f, *product = w + kTile * f;
+      const T *g = pre_all + p0 * 2 * f, *u = g + n * f;
       const T* token_row[kTile];
       const T* grad_row[kTile];
       for (int64_t t = 0; t < n; ++t) {
         token_row[t] = xs + plan.token_of[p0 + t] * a;
         grad_row[t] = dy + plan.token_of[p0 + t] * a;
-        w[t] = weight[plan.order[p0 + t]];
+        std::fill(w + t * f, w + (t + 1) * f, weight[plan.order[p0 + t]]);
       }
-      const T* wd_e = wd + e * a * f;
-      // [W_g; W_u] row i, and the matching gradient row.
-      auto wgu_row = [&](int64_t i) {
-        return i < f ? wg + (e * f + i) * a : wu + (e * f + i - f) * a;
-      };
-      auto dwgu_row = [&](int64_t i) {
-        return i < f ? dwg + (e * f + i) * a : dwu + (e * f + i - f) * a;
-      };
+      const T *wg_e = wg + e * f * a, *wu_e = wu + e * f * a, *wd_e = wd + e * a * f;
       // d(weighted hidden) [n, f] = dy W_d (W_d[e] is [a, f]).
       gemm<false, true, T>([&](int64_t t, int64_t c) { return grad_row[t][c]; },
                            [&](int64_t c) { return wd_e + c * f; },
                            [&](int64_t t) { return d_weighted + t * f; }, n, a, f);
-      expert_hidden_backward(act, pre_all + p0 * 2 * f, d_weighted, w, n, f, weighted, dgu, dw);
-      for (int64_t t = 0; t < n; ++t) dw_all[plan.order[p0 + t]] = dw[t];
+      expert_hidden_backward(act, g, u, d_weighted, w, n * f, weighted, dg, du, product);
+      for (int64_t t = 0; t < n; ++t) {
+        T sum = 0;
+        for (int64_t i = 0; i < f; ++i) sum += product[t * f + i];
+        dw_all[plan.order[p0 + t]] = sum;
+      }
       // Weight gradients, reduced over the tile's tokens: dW_d [a, f] += dy^T weighted,
-      // [dW_g; dW_u] [2f, a] += dgu^T x.
+      // dW_g [f, a] += dg^T x, dW_u [f, a] += du^T x.
       gemm<true, true, T>([&](int64_t c, int64_t t) { return grad_row[t][c]; },
                           [&](int64_t t) { return weighted + t * f; },
                           [&](int64_t c) { return dwd + e * a * f + c * f; }, a, n, f);
-      gemm<true, false, T>([&](int64_t i, int64_t t) { return dgu[t * 2 * f + i]; },
-                           [&](int64_t t) { return token_row[t]; }, dwgu_row, 2 * f, n, a);
-      // dx rows [n, a] = dgu [W_g; W_u].
-      gemm<false, true, T>([&](int64_t t, int64_t i) { return dgu[t * 2 * f + i]; }, wgu_row,
-                           [&](int64_t t) { return drow_all + (p0 + t) * a; }, n, 2 * f, a);
+      auto token = [&](int64_t t) { return token_row[t]; };
+      gemm<true, false, T>([&](int64_t i, int64_t t) { return dg[t * f + i]; }, token,
+                           [&](int64_t i) { return dwg + (e * f + i) * a; }, f, n, a);
+      gemm<true, false, T>([&](int64_t i, int64_t t) { return du[t * f + i]; }, token,
+                           [&](int64_t i) { return dwu + (e * f + i) * a; }, f, n, a);
+      // dx rows [n, a] = dg W_g + du W_u.
+      auto dx_row = [&](int64_t t) { return drow_all + (p0 + t) * a; };
+      gemm<false, true, T>([&](int64_t t, int64_t i) { return dg[t * f + i]; },
+                           [&](int64_t i) { return wg_e + i * a; }, dx_row, n, f, a);
+      gemm<true, true, T>([&](int64_t t, int64_t i) { return du[t * f + i]; },
+                          [&](int64_t i) { return wu_e + i * a; }, dx_row, n, f, a);
     });
     sum_by_token(drow_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0), a,
                  grad_x.data_ptr<T>());
