@@ -7,3 +7,8 @@ class K3ScaleError(Exception):
     The message names the step that failed and how to fix it; the CLI prints it as one line and
     exits non-zero. Internal bugs raise anything else.
     """
+
+
+class TrackingUnreachableError(K3ScaleError):
+    """The tracking server did not answer before a run started: nothing was trained or logged,
+    so a study driver may relaunch the run once the server is back."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import optuna
 from optuna.trial import TrialState
 
 from k3scale.config import config_hash
+from k3scale.errors import TrackingUnreachableError
 from k3scale.sweep import sources
 from k3scale.sweep.declaration import Study, StudyPreset
 from k3scale.sweep.planner import Cell, plan_cells, trial_config
@@ -28,6 +30,9 @@ from k3scale.track import schema
 
 # What a diverged trial is told: worse than any trained model, but finite so TPE stays sane.
 DIVERGED_OBJECTIVE = 50.0
+# Relaunches of a trial whose run could not reach MLflow before training (the server died
+# between the driver's check and the run's start); each one follows a fresh server check.
+MAX_TRACKING_RELAUNCHES = 3
 _ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -55,6 +60,8 @@ class _Job:
     tells: list[tuple[optuna.Study, optuna.trial.Trial | None, int, Cell]]
     label: str
     started: float
+    relaunch: Callable[[], None] | None = None
+    relaunches: int = 0
 
 
 @dataclass
@@ -207,7 +214,14 @@ class Driver:
 
     # -- launching and telling -----------------------------------------------------------------
 
-    def _launch(self, cell: Cell, study: optuna.Study, trial: optuna.trial.Trial, arm: str) -> None:
+    def _launch(
+        self,
+        cell: Cell,
+        study: optuna.Study,
+        trial: optuna.trial.Trial,
+        arm: str,
+        relaunches: int = 0,
+    ) -> None:
         params, number = trial.params, trial.number
         seed = int(params.get("seed", self.ctx.preset.seeds[0]))
         trunk = (
@@ -262,6 +276,8 @@ class Driver:
                 tells=tells,
                 label=f"{cell.key}#{number}",
                 started=time.time(),
+                relaunch=lambda: self._launch(cell, study, trial, arm, relaunches + 1),
+                relaunches=relaunches,
             )
         )
 
@@ -290,6 +306,16 @@ class Driver:
         try:
             output = ray.get(job.ref)
         except Exception as exc:
+            if (
+                isinstance(exc, TrackingUnreachableError)
+                and job.relaunches < MAX_TRACKING_RELAUNCHES
+            ):
+                # Nothing was trained: check (or restart) the server and run the trial again.
+                self.log(
+                    f"trial {job.label} could not reach MLflow before training: relaunching it"
+                )
+                job.relaunch()
+                return
             self.log(
                 f"trial {job.label} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             )

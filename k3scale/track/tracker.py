@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from k3scale.errors import K3ScaleError
+from k3scale.errors import K3ScaleError, TrackingUnreachableError
 from k3scale.track import sending
 from k3scale.track.provenance import provenance
 from k3scale.track.replica import ReplicaWriter, read_replica, replay_replica
@@ -143,7 +143,7 @@ class RunTracker:
         except Exception as exc:
             if not sending.is_transient(exc):
                 raise
-            raise K3ScaleError(
+            raise TrackingUnreachableError(
                 f"MLflow server at {self.tracking_uri} is unreachable: start it with "
                 f"`k3scale ui` or pass --tracking-uri ({type(exc).__name__})"
             ) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from k3scale.errors import K3ScaleError
+from k3scale.errors import K3ScaleError, TrackingUnreachableError
 from k3scale.track.replica import read_replica, upload_replica
 from k3scale.track.schema import TAG_REPLICA_RUN_ID, TAG_STATUS
 from k3scale.track.server import free_port, start_local_server
@@ -109,8 +109,10 @@ def test_one_flush_is_one_log_batch_request(mlflow_server, mlflow_local_server, 
 
 def test_unreachable_server_at_start_is_a_clear_error(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(K3ScaleError, match=r"unreachable: start it with `k3scale ui`"):
+    # Its own type (a K3ScaleError) lets a study driver relaunch the run: nothing was written.
+    with pytest.raises(TrackingUnreachableError, match=r"unreachable: start it with `k3scale ui`"):
         RunTracker(url, "e", None, {}, {}, tmp_path)
+    assert issubclass(TrackingUnreachableError, K3ScaleError)
     assert not (tmp_path / "replica.jsonl").exists()
 
 
