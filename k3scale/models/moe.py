@@ -24,7 +24,9 @@ from k3scale.models.config import MoEConfig
 from k3scale.models.ffn import GLUFeedForward, kernel_activation
 from k3scale.models.router import Routing, route, sequence_aux_loss
 from k3scale.ops.backend import qb_counts_op, situ_glu_op
+from k3scale.ops.cpu import supports
 from k3scale.ops.moe import routed_experts
+from k3scale.ops.moe.fused import moe_layer_fused
 from k3scale.ops.moe.naive import GluActivation
 from k3scale.ops.situ import swiglu
 
@@ -101,6 +103,8 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch_shape, d_model = x.shape[:-1], x.shape[-1]
         tokens = x.reshape(-1, d_model)
+        if self._fuses_layer(tokens):
+            return self._fused_layer(tokens, batch_shape).reshape(x.shape)
         routing = self.route(tokens)
         if self.training:
             self.record_statistics(routing)
@@ -123,6 +127,42 @@ class MoE(nn.Module):
         if self.shared is not None:
             routed = routed + self.shared(tokens)
         return routed.reshape(x.shape)
+
+    def _fuses_layer(self, tokens: torch.Tensor) -> bool:
+        # One fused node needs the shared experts on the routed experts' input (no latent, K2).
+        if self.shared is None or self.latent_down is not None or self.kernel_activation is None:
+            return False
+        return tokens.dtype == torch.float32 and supports(tokens, self.w_gate, self.router.weight)
+
+    def _fused_layer(self, tokens: torch.Tensor, batch_shape: torch.Size) -> torch.Tensor:
+        """Router, aux loss, routed and shared experts as one autograd node (`moe_layer_fused`);
+        same results as the composed path below, to float rounding (tests)."""
+        top_k, num_experts = self.cfg.top_k, self.cfg.num_experts
+        wants_cutoff = self.training and self.cfg.balancing == "quantile" and top_k < num_experts
+        alpha = self.cfg.seq_aux_alpha if self.training else 0.0
+        num_sequences = batch_shape[0] if len(batch_shape) > 1 else 1
+        shared = self.shared
+        out, self.aux_loss, scores, index, values = moe_layer_fused(
+            tokens,
+            self.router.weight,
+            self.bias,
+            (self.w_gate, self.w_up, self.w_down),
+            (shared.w_gate.weight, shared.w_up.weight, shared.w_down.weight),
+            (top_k, top_k + 1 if wants_cutoff else top_k, self.cfg.routed_scale),
+            (num_sequences, alpha),
+            self.kernel_activation,
+        )
+        if self.training:
+            self.record_statistics(
+                Routing(
+                    scores=scores,
+                    expert_idx=index[:, :top_k],
+                    weights=scores.new_empty(0),  # unused by the statistics
+                    cutoff=values[:, top_k] if wants_cutoff else None,
+                    cutoff_expert=index[:, top_k] if wants_cutoff else None,
+                )
+            )
+        return out
 
     def route(self, tokens: torch.Tensor) -> Routing:
         """Routing of `tokens [N, d]` with the current bias (fp32 logits)."""

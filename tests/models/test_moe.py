@@ -192,10 +192,27 @@ def torch_only(moe: MoE) -> MoE:
 def test_fused_layer_matches_torch_layer(preset):
     # The whole layer as the studies run it (training mode, aux loss, QB or loss-free
     # statistics): the fused CPU kernels against the torch paths, outputs and every gradient.
-    cfg = get_preset(preset)
+    check_fused_layer(get_preset(preset), get_preset(preset).moe)
+
+
+@pytest.mark.parametrize("balancing", ["loss_free", "quantile"])
+def test_fused_k2_layer_with_two_shared_experts_matches_torch_layer(balancing):
+    # K2's single fused node (router, aux loss, routed and shared experts) runs a shared GLU of
+    # width S * f as S experts of width f: S = 2 checks that split and its gradients' layout.
+    cfg = get_preset("k2-t1")
+    moe_cfg = dataclasses.replace(cfg.moe, num_shared=2, balancing=balancing)
+    fused, reference = check_fused_layer(cfg, moe_cfg)
+    fused.eval()
+    reference.eval()
+    with torch.no_grad():
+        x = torch.randn(2, 16, cfg.d_model)
+        assert rel_rms(fused(x), reference(x)) < 1e-5
+
+
+def check_fused_layer(cfg, moe_cfg) -> tuple[MoE, MoE]:
     torch.manual_seed(0)
     fused = MoE(
-        cfg.d_model, cfg.moe, cfg.activation, cfg.situ_beta, cfg.situ_linear_beta, 0.3, 1e-5
+        cfg.d_model, moe_cfg, cfg.activation, cfg.situ_beta, cfg.situ_linear_beta, 0.3, 1e-5
     )
     reference = torch_only(fused)
     assert fused.kernel_activation is not None and reference.kernel_activation is None
@@ -214,3 +231,4 @@ def test_fused_layer_matches_torch_layer(preset):
         assert rel_rms(aux, ref_aux) < 1e-5
     for name, grad in ref_grads.items():
         assert rel_rms(grads[name], grad) < 1e-5, name
+    return fused, reference
