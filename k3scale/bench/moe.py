@@ -24,7 +24,6 @@ from k3scale.models.config import MoEConfig
 from k3scale.models.ffn import GLUFeedForward
 from k3scale.models.moe import MoE
 from k3scale.models.presets import get_preset
-from k3scale.train.perf import frozen_gc
 
 # The target's sizes: the demo study's rungs (sweeps/ladders.DEMO); its largest is the headline.
 DEMO_RUNGS = ("t1", "t2", "t3")
@@ -142,8 +141,7 @@ def run(quick: bool) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with frozen_gc():  # as in the trainer
-            return _measure(rungs, reps) | {"quick": quick}
+        return _measure(rungs, reps) | {"quick": quick}
     finally:
         torch.set_num_threads(threads)
 

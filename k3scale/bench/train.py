@@ -42,7 +42,7 @@ from k3scale.optim.muon import build_optimizer
 from k3scale.track import schema
 from k3scale.track.replica import read_replica
 from k3scale.train.loop import train
-from k3scale.train.perf import frozen_gc, measure_matmul_peak, mfu
+from k3scale.train.perf import measure_matmul_peak, mfu
 
 NUM_THREADS = 2
 # experiments/k2_vs_k3.py, preset "demo" (sweeps/presets.py): sweeps/ladders.DEMO rungs,
@@ -196,8 +196,7 @@ def run(quick: bool) -> dict:
                 # run, so a load that eases mid-run rarely pushes MFU above 1.
                 samples[precision].append(measure_matmul_peak(dtypes[precision], seconds=0.3))
                 runs.append(measure_run(name, model, precision, Path(data_root), steps))
-                with frozen_gc():  # as in the trainer
-                    runs[-1].update(step_split(model, precision, steps))
+                runs[-1].update(step_split(model, precision, steps))
     finally:
         torch.set_num_threads(previous_threads)
     peaks = {key: max(values) for key, values in samples.items()}

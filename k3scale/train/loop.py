@@ -34,7 +34,7 @@ from k3scale.track.tracker import RunTracker, abandon_attempt, provenance
 from k3scale.train.checkpoint import LATEST, fork_name, load_checkpoint, save_checkpoint
 from k3scale.train.distributed import average_gradients, mean_over_ranks, world
 from k3scale.train.evaluate import mean_loss
-from k3scale.train.perf import frozen_gc, matmul_peak_flops, mfu
+from k3scale.train.perf import matmul_peak_flops, mfu
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,17 +134,6 @@ def train(
         start_from: a WSD fork checkpoint to branch from (a new run; its lineage goes in tags).
         extra_tags: tags added to the run (e.g. trunk run id and fork step of a branch).
     """
-    with frozen_gc():
-        return _train(cfg, resume, stop_after_steps, start_from, extra_tags)
-
-
-def _train(
-    cfg: RunConfig,
-    resume: bool,
-    stop_after_steps: int | None,
-    start_from: Path | None,
-    extra_tags: dict[str, str] | None,
-) -> RunResult:
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
     rank, world_size = world()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 
 import torch
@@ -47,16 +44,3 @@ def _cached_peak(dtype: torch.dtype, size: int, seconds: float, num_threads: int
 def mfu(flops_per_token: int, tokens_per_s: float, peak_flops: float) -> float:
     """Achieved model FLOP/s (from the accounting) divided by the measured peak."""
     return flops_per_token * tokens_per_s / peak_flops if peak_flops > 0 else 0.0
-
-
-@contextmanager
-def frozen_gc() -> Iterator[None]:
-    """Exempt every object alive now (imports, data, modules) from cyclic garbage collection while
-    the body runs; they return to it afterwards. Each training step leaves a few autograd cycles,
-    so collections run every few steps, and the full ones re-scan ~170K objects: 6-9% of a K2
-    t1 MoE layer step in a perf profile."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
