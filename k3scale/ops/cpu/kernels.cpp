@@ -289,18 +289,47 @@ void for_each_tile(const Plan& plan, int64_t scratch_size, const Setup& setup, c
   }
 }
 
-// out[t, :] = sum_j rows[position[t * k + j], :], j in order (deterministic per token).
+// out[t, :] = sum_j rows[position[t * k + j], :], j in order (deterministic per token); the sum
+// stays in registers (adding into `out` row by row stalled on its stores).
 template <typename T>
 void sum_by_token(const T* rows, const int64_t* position, int64_t num_tokens, int64_t top_k,
                   int64_t width, T* out) {
+  constexpr int64_t L = Vec<T>::size();
   for (int64_t t = 0; t < num_tokens; ++t) {
-    T* dst = out + t * width;
-    std::fill(dst, dst + width, T(0));
-    for (int64_t j = 0; j < top_k; ++j) {
-      const T* src = rows + position[t * top_k + j] * width;
-      for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
+    const int64_t* slots = position + t * top_k;
+    for (int64_t c = 0; c < width; c += L) {
+      const int64_t count = std::min(L, width - c);
+      Vec<T> sum = load(rows + slots[0] * width + c, count);
+      for (int64_t j = 1; j < top_k; ++j) sum = sum + load(rows + slots[j] * width + c, count);
+      store(sum, out + t * width + c, count);
     }
   }
+}
+
+// dst[0:n] = src[0:n], row[0:n] *= value, dst[0:n] = value, in whole vectors: the rows here are a
+// few elements wide, where a scalar loop or a memmove call costs more than the work.
+template <typename T>
+void copy_row(const T* src, T* dst, int64_t n) {
+  constexpr int64_t L = Vec<T>::size();
+  for (int64_t i = 0; i < n; i += L) {
+    const int64_t count = std::min(L, n - i);
+    store(load(src + i, count), dst + i, count);
+  }
+}
+
+template <typename T>
+void scale_row(T value, T* row, int64_t n) {
+  constexpr int64_t L = Vec<T>::size();
+  for (int64_t i = 0; i < n; i += L) {
+    const int64_t count = std::min(L, n - i);
+    store(load(row + i, count) * Vec<T>(value), row + i, count);
+  }
+}
+
+template <typename T>
+void fill_row(T value, T* dst, int64_t n) {
+  constexpr int64_t L = Vec<T>::size();
+  for (int64_t i = 0; i < n; i += L) store(Vec<T>(value), dst + i, std::min(L, n - i));
 }
 
 void check_experts(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
@@ -403,14 +432,11 @@ std::vector<at::Tensor> experts_forward_op(const at::Tensor& x, const at::Tensor
                            [&](int64_t c) { return wgu_t + c * 2 * f; },
                            [&](int64_t t) { return gu + t * 2 * f; }, n, a, 2 * f);
       for (int64_t t = 0; t < n; ++t) {
-        std::copy(gu + t * 2 * f, gu + t * 2 * f + f, g + t * f);
-        std::copy(gu + t * 2 * f + f, gu + (t + 1) * 2 * f, u + t * f);
+        copy_row(gu + t * 2 * f, g + t * f, f);
+        copy_row(gu + t * 2 * f + f, u + t * f, f);
       }
       glu_forward(act, g, u, hidden, n * f);
-      for (int64_t t = 0; t < n; ++t) {
-        const T w = weight[plan.order[p0 + t]];
-        for (int64_t i = 0; i < f; ++i) hidden[t * f + i] *= w;
-      }
+      for (int64_t t = 0; t < n; ++t) scale_row(weight[plan.order[p0 + t]], hidden + t * f, f);
       gemm<false, true, T>([&](int64_t t, int64_t i) { return hidden[t * f + i]; },
                            [&](int64_t i) { return wd_t + i * a; },
                            [&](int64_t t) { return row_all + (p0 + t) * a; }, n, f, a);
@@ -482,7 +508,7 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
       for (int64_t t = 0; t < n; ++t) {
         token_row[t] = xs + plan.token_of[p0 + t] * a;
         grad_row[t] = dy + plan.token_of[p0 + t] * a;
-        std::fill(w + t * f, w + (t + 1) * f, weight[plan.order[p0 + t]]);
+        fill_row(weight[plan.order[p0 + t]], w + t * f, f);
       }
       const T *wg_e = wg + e * f * a, *wu_e = wu + e * f * a, *wd_e = wd + e * a * f;
       // d(weighted hidden) [n, f] = dy W_d (W_d[e] is [a, f]).
