@@ -485,7 +485,8 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
   auto grad_x = at::empty_like(x);
   auto grad_weight = at::empty({num_slots}, x.options());
   auto grad_gate_w = at::zeros_like(w_gate), grad_up_w = at::zeros_like(w_up);
-  auto grad_down_w = at::zeros_like(w_down);
+  // dW_d accumulates transposed, [E, f, a]: rows of width a fill the vectors where f is narrow.
+  auto grad_down_t = at::zeros({plan.num_experts, f, a}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "experts_backward", [&] {
     using T = scalar_t;
     const T *xs = x.data_ptr<T>(), *dy = grad_out.data_ptr<T>();
@@ -493,7 +494,7 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
     const T *wg = w_gate.data_ptr<T>(), *wu = w_up.data_ptr<T>(), *wd = w_down.data_ptr<T>();
     const T* pre_all = pre.data_ptr<T>();
     T *dwg = grad_gate_w.data_ptr<T>(), *dwu = grad_up_w.data_ptr<T>();
-    T* dwd = grad_down_w.data_ptr<T>();
+    T* dwd_t = grad_down_t.data_ptr<T>();
     T *dw_all = grad_weight.data_ptr<T>(), *drow_all = grad_rows.data_ptr<T>();
     // Scratch per tile, each [kTile, f]: d(weighted hidden), weighted hidden, dg, du, routing
     // weights per element, products.
@@ -521,11 +522,11 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
         for (int64_t i = 0; i < f; ++i) sum += product[t * f + i];
         dw_all[plan.order[p0 + t]] = sum;
       }
-      // Weight gradients, reduced over the tile's tokens: dW_d [a, f] += dy^T weighted,
+      // Weight gradients, reduced over the tile's tokens: dW_d^T [f, a] += weighted^T dy,
       // dW_g [f, a] += dg^T x, dW_u [f, a] += du^T x.
-      gemm<true, true, T>([&](int64_t c, int64_t t) { return grad_row[t][c]; },
-                          [&](int64_t t) { return weighted + t * f; },
-                          [&](int64_t c) { return dwd + e * a * f + c * f; }, a, n, f);
+      auto grad = [&](int64_t t) { return grad_row[t]; };
+      gemm<true, false, T>([&](int64_t i, int64_t t) { return weighted[t * f + i]; }, grad,
+                           [&](int64_t i) { return dwd_t + (e * f + i) * a; }, f, n, a);
       auto token = [&](int64_t t) { return token_row[t]; };
       gemm<true, false, T>([&](int64_t i, int64_t t) { return dg[t * f + i]; }, token,
                            [&](int64_t i) { return dwg + (e * f + i) * a; }, f, n, a);
@@ -541,7 +542,7 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
     sum_by_token(drow_all, position.data_ptr<int64_t>(), x.size(0), position.numel() / x.size(0), a,
                  grad_x.data_ptr<T>());
   });
-  return {grad_x, grad_weight, grad_gate_w, grad_up_w, grad_down_w};
+  return {grad_x, grad_weight, grad_gate_w, grad_up_w, grad_down_t.transpose(1, 2).contiguous()};
 }
 
 // Top `count` of biased = scores + bias per row: {values [N, count] fp32, index [N, count]
