@@ -5,6 +5,11 @@ K3 Stable LatentMoE (d_latent = l): `z = W_down u`; `m = sum_{e in sel} p_e FFN_
 latent space; `y = Shared(u) + W_up RMSNorm(m)` (norm when `latent_norm`); SiTU-GLU everywhere.
 Shared experts are one GLU of width `num_shared * d_expert` at full width d.
 
+On CPU fp32 with the fused kernels built, a K2 layer (no latent) runs as one autograd node
+(`ops/moe/fused.moe_layer_fused`), its shared GLU as S more experts of the same kernel call; K3,
+bf16 autocast and the Triton backend compose the pieces below. Both give the same results to
+float rounding (tests/models/test_moe.py).
+
 Balancing: the bias buffer moves selection only. In training mode every forward adds this
 micro-batch's statistics (per-expert loads; margin histograms for Quantile Balancing) to
 non-persistent buffers; `k3scale.models.balancing.update_balancing` reduces them once per
