@@ -202,6 +202,7 @@ def test_fused_k2_layer_with_two_shared_experts_matches_torch_layer(balancing):
     cfg = get_preset("k2-t1")
     moe_cfg = dataclasses.replace(cfg.moe, num_shared=2, balancing=balancing)
     fused, reference = check_fused_layer(cfg, moe_cfg)
+    assert fused._fuses_layer(torch.zeros(1, cfg.d_model))  # the single node, not the composition
     fused.eval()
     reference.eval()
     with torch.no_grad():

@@ -124,7 +124,7 @@ def moe_layer_fused(
     routing: tuple[int, int, float],
     aux: tuple[int, float],
     activation: KernelActivation,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole MoE layer without latent projection (K2) as ONE autograd node: router matmul,
     route, sequence-wise aux loss, routed and shared experts.
 
@@ -166,8 +166,10 @@ def _stack_shared(routed: torch.Tensor, shared: torch.Tensor, d_expert: int, dow
 
 class _MoELayer(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, router_weight, bias, w_gate, w_up, w_down, s_gate, s_up, s_down, *rest):
-        (top_k, count, routed_scale), (num_sequences, alpha), activation = rest
+    def forward(
+        ctx, x, router_weight, bias, w_gate, w_up, w_down, s_gate, s_up, s_down, routing, aux, act
+    ):
+        (top_k, count, routed_scale), (num_sequences, alpha) = routing, aux
         kernels = load()
         num_tokens, num_experts, d_expert = x.shape[0], w_gate.shape[0], w_gate.shape[1]
         num_shared = s_gate.shape[0] // d_expert
@@ -175,7 +177,7 @@ class _MoELayer(torch.autograd.Function):
         scores, values, index, weights = kernels.route_forward(
             logits, bias, top_k, count, routed_scale
         )
-        aux_loss, coefficient = x.new_zeros(()), None
+        aux_loss, coefficient = x.new_zeros(()), x.new_empty(0)  # empty: aux loss off
         if alpha > 0:
             aux_loss, coefficient = kernels.sequence_aux_forward(
                 scores, index, top_k, num_sequences, alpha
@@ -190,26 +192,28 @@ class _MoELayer(torch.autograd.Function):
             _stack_shared(w_down, s_down, d_expert, down=True),
         )
         slot_weight = slot_weight.reshape(-1)
-        out, pre = kernels.experts_forward(x, slot_weight, *plan, *stacked, *activation.args())
+        out, pre = kernels.experts_forward(x, slot_weight, *plan, *stacked, *act.args())
         ctx.mark_non_differentiable(scores, index, values, *(() if alpha > 0 else (aux_loss,)))
-        saved = (x, router_weight, scores, index, weights, slot_weight, *plan, *stacked, pre)
-        ctx.save_for_backward(*saved, *(() if coefficient is None else (coefficient,)))
-        ctx.settings = (top_k, routed_scale, num_experts, activation)
+        saved = (x, router_weight, scores, index, weights, slot_weight, coefficient, pre)
+        ctx.save_for_backward(*saved, *plan, *stacked)
+        ctx.settings = (top_k, routed_scale, num_experts, act)
         return out, aux_loss, scores, index, values
 
     @staticmethod
     def backward(ctx, grad_out, grad_aux, *_no_grads):
         top_k, routed_scale, num_experts, activation = ctx.settings
         kernels = load()
-        x, router_weight, scores, index, weights, slot_weight, *rest = ctx.saved_tensors
-        plan, stacked, pre, coefficient = rest[:4], rest[4:7], rest[7], rest[8:]
+        x, router_weight, scores, index, weights, slot_weight, coefficient, pre, *rest = (
+            ctx.saved_tensors
+        )
+        plan, stacked = rest[:4], rest[4:]
         grad_x, grad_slot_weight, *grad_stacked = kernels.experts_backward(
             grad_out.contiguous(), x, slot_weight, *plan, *stacked, pre, *activation.args()
         )
         grad_weights = grad_slot_weight.view(x.shape[0], -1)[:, :top_k]
         grad_scores = scores.new_empty(0)
-        if coefficient:
-            grad_scores = kernels.sequence_aux_backward(grad_aux, scores, coefficient[0])
+        if coefficient.numel():
+            grad_scores = kernels.sequence_aux_backward(grad_aux, scores, coefficient)
         grad_logits = kernels.route_backward(
             grad_scores, grad_weights, scores, index, weights, routed_scale
         )
