@@ -147,7 +147,7 @@ class MoE(nn.Module):
         alpha = self.cfg.seq_aux_alpha if self.training else 0.0
         num_sequences = batch_shape[0] if len(batch_shape) > 1 else 1
         shared = self.shared
-        out, self.aux_loss, scores, index, values = moe_layer_fused(
+        out, self.aux_loss, scores, index, values, loads = moe_layer_fused(
             tokens,
             self.router.weight,
             self.bias,
@@ -158,15 +158,8 @@ class MoE(nn.Module):
             self.kernel_activation,
         )
         if self.training:
-            self.record_statistics(
-                Routing(
-                    scores=scores,
-                    expert_idx=index[:, :top_k],
-                    weights=scores.new_empty(0),  # unused by the statistics
-                    cutoff=values[:, top_k] if wants_cutoff else None,
-                    cutoff_expert=index[:, top_k] if wants_cutoff else None,
-                )
-            )
+            cutoff = (values[:, top_k], index[:, top_k]) if wants_cutoff else (None, None)
+            self._record(loads, scores, *cutoff)
         return out
 
     def route(self, tokens: torch.Tensor) -> Routing:
@@ -198,19 +191,26 @@ class MoE(nn.Module):
         self.step_loads.zero_()
         self.step_margin_counts.zero_()
 
-    @torch.no_grad()
     def record_statistics(self, routing: Routing) -> None:
         """Add one micro-batch's loads (and QB margin counts) to this step's statistics."""
-        flat = routing.expert_idx.reshape(-1)
-        self.step_loads += torch.bincount(flat, minlength=self.cfg.num_experts)
-        if self.step_margin_counts.shape[1] > 0 and routing.cutoff is not None:
-            self.step_margin_counts += self._margin_counts(
-                routing.scores,
-                routing.cutoff,
-                routing.cutoff_expert,
-                self.bias,
-                self.cfg.qb_bins,
-            )
+        loads = torch.bincount(routing.expert_idx.reshape(-1), minlength=self.cfg.num_experts)
+        self._record(loads, routing.scores, routing.cutoff, routing.cutoff_expert)
+
+    def _record(
+        self,
+        loads: torch.Tensor,
+        scores: torch.Tensor,
+        cutoff: torch.Tensor | None,
+        cutoff_expert: torch.Tensor | None,
+    ) -> None:
+        # In place: a buffer assignment would go through Module.__setattr__ on every forward.
+        self.step_loads.add_(loads)
+        if self.step_margin_counts.shape[1] > 0 and cutoff is not None:
+            with torch.no_grad():
+                counts = self._margin_counts(
+                    scores, cutoff, cutoff_expert, self.bias, self.cfg.qb_bins
+                )
+            self.step_margin_counts.add_(counts)
 
     def _aux_loss(self, routing: Routing, batch_shape: torch.Size) -> torch.Tensor:
         alpha = self.cfg.seq_aux_alpha

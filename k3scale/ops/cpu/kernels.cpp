@@ -12,6 +12,8 @@
 //   tokens in sorted order, so results are deterministic.
 // * The router after its linear map (sigmoid, top-k with the balancing bias, weights), the
 //   sequence-wise aux loss, and Quantile Balancing's margin counts.
+// * A whole K2 MoE layer (no latent) composed from the above, one call per direction: eager
+//   Python between the pieces had cost about as much as their arithmetic at d = 16-64.
 //
 // Floating types are float and double; every sum runs in the input type (fp32 for the model).
 // Every kernel runs on the calling thread: the studies give each trial one thread, and threading
@@ -800,6 +802,113 @@ std::vector<at::Tensor> plan_dispatch_op(const at::Tensor& expert_idx, int64_t n
   return {order, token_of, position, offsets};
 }
 
+// The shared GLU's weights appended to the routed experts' as S experts of width f: gate and up
+// [S f, a] -> [S, f, a] after [E, f, a]; down [a, S f] -> [S, a, f] after [E, a, f].
+at::Tensor stack_shared(const at::Tensor& routed, const at::Tensor& shared, bool down) {
+  const int64_t f = routed.size(down ? 2 : 1), a = routed.size(down ? 1 : 2);
+  const auto pieces =
+      down ? shared.reshape({a, -1, f}).transpose(0, 1) : shared.reshape({-1, f, a});
+  return at::cat({routed, pieces});
+}
+
+// A whole K2 MoE layer's forward (no latent; ops/moe/fused.moe_layer_fused): router matmul,
+// route, sequence aux loss (alpha > 0), then routed and shared experts in one experts_forward,
+// the shared GLU as S experts every token takes with weight 1. Composed here, not in Python,
+// because at the ladder's widths each eager op's overhead outweighed its arithmetic. Returns
+// {out, aux_loss, scores, index, values, loads [E] (routed tokens per expert)}, then what the
+// backward needs: {weights, slot_weight, coefficient, pre, order, token_of, position, offsets,
+// stacked gate, up, down}.
+std::vector<at::Tensor> moe_layer_forward_op(
+    const at::Tensor& x_any, const at::Tensor& router_weight, const at::Tensor& bias_any,
+    const at::Tensor& w_gate_any, const at::Tensor& w_up_any, const at::Tensor& w_down_any,
+    const at::Tensor& s_gate, const at::Tensor& s_up, const at::Tensor& s_down, int64_t top_k,
+    int64_t count, double routed_scale, int64_t num_sequences, double alpha, int64_t kind,
+    double beta, double linear_beta) {
+  TORCH_CHECK(x_any.dim() == 2 && x_any.scalar_type() == at::kFloat,
+              "moe_layer: expected fp32 x [N, d]");
+  const auto x = x_any.contiguous(), bias = bias_any.to(at::kFloat).contiguous();
+  const auto w_gate = w_gate_any.contiguous(), w_up = w_up_any.contiguous();
+  const auto w_down = w_down_any.contiguous();
+  const int64_t num_tokens = x.size(0), num_experts = w_gate.size(0), f = w_gate.size(1);
+  const int64_t num_shared = s_gate.size(0) / f, per_token = top_k + num_shared;
+  const auto routed =
+      route_forward_op(at::mm(x, router_weight.t()), bias, top_k, count, routed_scale);
+  const at::Tensor &scores = routed[0], &index = routed[2], &weights = routed[3];
+  at::Tensor aux_loss = at::zeros({}, x.options()), coefficient = at::empty({0}, x.options());
+  if (alpha > 0) {
+    auto aux = sequence_aux_forward_op(scores, index, top_k, num_sequences, alpha);
+    aux_loss = aux[0];
+    coefficient = aux[1];
+  }
+  auto expert_idx = at::empty({num_tokens, per_token}, index.options());
+  auto slot_weight = at::empty({num_tokens * per_token}, x.options());
+  {
+    const int64_t* idx = index.data_ptr<int64_t>();
+    const float* w = weights.data_ptr<float>();
+    int64_t* e_out = expert_idx.data_ptr<int64_t>();
+    float* w_out = slot_weight.data_ptr<float>();
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int64_t j = 0; j < top_k; ++j) {
+        e_out[t * per_token + j] = idx[t * count + j];
+        w_out[t * per_token + j] = w[t * top_k + j];
+      }
+      for (int64_t j = 0; j < num_shared; ++j) {
+        e_out[t * per_token + top_k + j] = num_experts + j;
+        w_out[t * per_token + top_k + j] = 1.f;
+      }
+    }
+  }
+  const auto plan = plan_dispatch_op(expert_idx, num_experts + num_shared);
+  const auto gate = stack_shared(w_gate, s_gate, false), up = stack_shared(w_up, s_up, false);
+  const auto down = stack_shared(w_down, s_down, true);
+  auto experts = experts_forward_op(x, slot_weight, plan[0], plan[1], plan[2], plan[3], gate, up,
+                                    down, kind, beta, linear_beta);
+  const auto& offsets = plan[3];
+  const auto loads = offsets.slice(0, 1, num_experts + 1) - offsets.slice(0, 0, num_experts);
+  return {experts[0], aux_loss,    scores,      index,      routed[1], loads,
+          weights,    slot_weight, coefficient, experts[1], plan[0],   plan[1],
+          plan[2],    plan[3],     gate,        up,         down};
+}
+
+// Backward of moe_layer_forward_op: {grad_x, grad_router, grad routed gate, up, down, grad shared
+// gate, up, down}, the shared ones in the GLU's own layouts. grad_aux is empty when the aux loss
+// is off or unused.
+std::vector<at::Tensor> moe_layer_backward_op(
+    const at::Tensor& grad_out, const at::Tensor& grad_aux, const at::Tensor& x_any,
+    const at::Tensor& router_weight, const at::Tensor& scores, const at::Tensor& index,
+    const at::Tensor& weights, const at::Tensor& slot_weight, const at::Tensor& coefficient,
+    const at::Tensor& pre, const at::Tensor& order, const at::Tensor& token_of,
+    const at::Tensor& position, const at::Tensor& offsets, const at::Tensor& gate,
+    const at::Tensor& up, const at::Tensor& down, double routed_scale, int64_t kind, double beta,
+    double linear_beta) {
+  const auto x = x_any.contiguous();
+  const int64_t num_tokens = x.size(0), a = x.size(1), num_experts = scores.size(1);
+  const int64_t top_k = weights.size(1), num_shared = gate.size(0) - num_experts;
+  auto grads = experts_backward_op(grad_out.contiguous(), x, slot_weight, order, token_of, position,
+                                   offsets, gate, up, down, pre, kind, beta, linear_beta);
+  auto& grad_x = grads[0];
+  const auto grad_weights = grads[1].view({num_tokens, top_k + num_shared}).narrow(1, 0, top_k);
+  const auto grad_scores = coefficient.numel() && grad_aux.numel()
+                               ? sequence_aux_backward_op(grad_aux, scores, coefficient)
+                               : at::empty({0}, scores.options());
+  const auto grad_logits =
+      route_backward_op(grad_scores, grad_weights, scores, index, weights, routed_scale);
+  grad_x.addmm_(grad_logits, router_weight);
+  auto grad_router = at::mm(grad_logits.t(), x);
+  auto shared = [&](const at::Tensor& grad, bool is_down) {
+    const auto pieces = grad.narrow(0, num_experts, num_shared);
+    return is_down ? pieces.transpose(0, 1).reshape({a, -1}) : pieces.reshape({-1, a});
+  };
+  return {grad_x,
+          grad_router,
+          grads[2].narrow(0, 0, num_experts),
+          grads[3].narrow(0, 0, num_experts),
+          grads[4].narrow(0, 0, num_experts),
+          shared(grads[2], false),
+          shared(grads[3], false),
+          shared(grads[4], true)};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("select_top", &select_top_op);
   m.def("plan_dispatch", &plan_dispatch_op);
@@ -812,4 +921,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("glu_backward", &glu_backward_op);
   m.def("experts_forward", &experts_forward_op);
   m.def("experts_backward", &experts_backward_op);
+  m.def("moe_layer_forward", &moe_layer_forward_op);
+  m.def("moe_layer_backward", &moe_layer_backward_op);
 }

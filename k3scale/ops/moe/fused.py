@@ -124,14 +124,15 @@ def moe_layer_fused(
     routing: tuple[int, int, float],
     aux: tuple[int, float],
     activation: KernelActivation,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole MoE layer without latent projection (K2) as ONE autograd node: router matmul,
     route, sequence-wise aux loss, routed and shared experts.
 
     The shared GLU of width S * f runs as S more experts of width f that every token takes with
     weight 1, in the same kernel call as the routed ones. At the ladder's narrow widths the
-    separate pieces (each an autograd node, the shared FFN three matmuls of its own) cost more
-    than their arithmetic; here one forward and one backward call the kernels back to back.
+    separate pieces (each an autograd node, the shared FFN three matmuls of its own, each eager
+    op's overhead) cost more than their arithmetic; here the forward and the backward are one
+    C++ call each (`moe_layer_forward_op`, `moe_layer_backward_op`).
 
     Args:
         x: fp32 tokens `[N, d]`; router_weight `[E, d]`; bias `[E]` (selection only).
@@ -140,28 +141,12 @@ def moe_layer_fused(
         routing: `(top_k, count, routed_scale)`; count = top_k + 1 returns the cutoff column.
         aux: `(num_sequences, alpha)` of the sequence-wise aux loss (alpha 0: off).
     Returns:
-        `(out [N, d], aux_loss, scores [N, E], index [N, count], values [N, count])`; the last
-        three carry no gradient (for the balancing statistics).
+        `(out [N, d], aux_loss, scores [N, E], index [N, count], values [N, count], loads [E])`;
+        the last four carry no gradient (for the balancing statistics; loads counts the routed
+        tokens per expert).
     """
-    return _MoELayer.apply(
-        x.contiguous(),
-        router_weight.contiguous(),
-        bias.float().contiguous(),
-        *experts,
-        *shared,
-        routing,
-        aux,
-        activation,
-    )
-
-
-def _stack_shared(routed: torch.Tensor, shared: torch.Tensor, d_expert: int, down: bool):
-    """Routed expert weights with the shared GLU's appended as `S` experts of width `d_expert`."""
-    if down:  # [d, S f] -> [S, d, f]
-        pieces = shared.view(shared.shape[0], -1, d_expert).transpose(0, 1)
-    else:  # [S f, d] -> [S, f, d]
-        pieces = shared.view(-1, d_expert, shared.shape[1])
-    return torch.cat([routed, pieces]).contiguous()
+    # Layouts and the bias's dtype are settled in C++ (cheaper than eager calls from Python).
+    return _MoELayer.apply(x, router_weight, bias, *experts, *shared, routing, aux, activation)
 
 
 class _MoELayer(torch.autograd.Function):
@@ -169,64 +154,30 @@ class _MoELayer(torch.autograd.Function):
     def forward(
         ctx, x, router_weight, bias, w_gate, w_up, w_down, s_gate, s_up, s_down, routing, aux, act
     ):
-        (top_k, count, routed_scale), (num_sequences, alpha) = routing, aux
-        kernels = load()
-        num_tokens, num_experts, d_expert = x.shape[0], w_gate.shape[0], w_gate.shape[1]
-        num_shared = s_gate.shape[0] // d_expert
-        logits = torch.mm(x, router_weight.t())
-        scores, values, index, weights = kernels.route_forward(
-            logits, bias, top_k, count, routed_scale
+        weights = (w_gate, w_up, w_down, s_gate, s_up, s_down)
+        out, aux_loss, scores, index, values, loads, *saved = load().moe_layer_forward(
+            x, router_weight, bias, *weights, *routing, *aux, *act.args()
         )
-        aux_loss, coefficient = x.new_zeros(()), x.new_empty(0)  # empty: aux loss off
-        if alpha > 0:
-            aux_loss, coefficient = kernels.sequence_aux_forward(
-                scores, index, top_k, num_sequences, alpha
-            )
-        shared_idx = torch.arange(num_experts, num_experts + num_shared)
-        expert_idx = torch.cat([index[:, :top_k], shared_idx.expand(num_tokens, -1)], dim=1)
-        slot_weight = torch.cat([weights, weights.new_ones(num_tokens, num_shared)], dim=1)
-        plan = kernels.plan_dispatch(expert_idx, num_experts + num_shared)
-        stacked = (
-            _stack_shared(w_gate, s_gate, d_expert, down=False),
-            _stack_shared(w_up, s_up, d_expert, down=False),
-            _stack_shared(w_down, s_down, d_expert, down=True),
+        alpha = aux[1]
+        ctx.mark_non_differentiable(
+            scores, index, values, loads, *(() if alpha > 0 else (aux_loss,))
         )
-        slot_weight = slot_weight.reshape(-1)
-        out, pre = kernels.experts_forward(x, slot_weight, *plan, *stacked, *act.args())
-        ctx.mark_non_differentiable(scores, index, values, *(() if alpha > 0 else (aux_loss,)))
-        saved = (x, router_weight, scores, index, weights, slot_weight, coefficient, pre)
-        ctx.save_for_backward(*saved, *plan, *stacked)
-        ctx.settings = (top_k, routed_scale, num_experts, act)
-        return out, aux_loss, scores, index, values
+        ctx.save_for_backward(x, router_weight, scores, index, *saved)
+        ctx.settings = (routing[2], act)
+        # Unused outputs' gradients stay None: no zero tensors for the four statistics outputs.
+        ctx.set_materialize_grads(False)
+        return out, aux_loss, scores, index, values, loads
 
     @staticmethod
     def backward(ctx, grad_out, grad_aux, *_no_grads):
-        top_k, routed_scale, num_experts, activation = ctx.settings
-        kernels = load()
-        x, router_weight, scores, index, weights, slot_weight, coefficient, pre, *rest = (
-            ctx.saved_tensors
+        routed_scale, activation = ctx.settings
+        saved = ctx.saved_tensors
+        x = saved[0]
+        if grad_out is None:  # only the aux loss reached the loss
+            grad_out = torch.zeros_like(x)
+        if grad_aux is None:  # aux loss off or unused
+            grad_aux = x.new_empty(0)
+        grads = load().moe_layer_backward(
+            grad_out, grad_aux, *saved, routed_scale, *activation.args()
         )
-        plan, stacked = rest[:4], rest[4:]
-        grad_x, grad_slot_weight, *grad_stacked = kernels.experts_backward(
-            grad_out.contiguous(), x, slot_weight, *plan, *stacked, pre, *activation.args()
-        )
-        grad_weights = grad_slot_weight.view(x.shape[0], -1)[:, :top_k]
-        grad_scores = scores.new_empty(0)
-        if coefficient.numel():
-            grad_scores = kernels.sequence_aux_backward(grad_aux, scores, coefficient)
-        grad_logits = kernels.route_backward(
-            grad_scores, grad_weights, scores, index, weights, routed_scale
-        )
-        grad_x.addmm_(grad_logits, router_weight)
-        grad_router = torch.mm(grad_logits.t(), x)
-        routed, shared = [], []
-        for grad, down in zip(grad_stacked, (False, False, True), strict=True):
-            routed.append(grad[:num_experts])
-            pieces = grad[num_experts:]
-            # Back to the shared GLU's own layout ([S f, d], or [d, S f] for w_down).
-            shared.append(
-                pieces.transpose(0, 1).reshape(x.shape[1], -1)
-                if down
-                else pieces.reshape(-1, x.shape[1])
-            )
-        return (grad_x, grad_router, None, *routed, *shared, None, None, None)
+        return (*grads[:2], None, *grads[2:], None, None, None)
