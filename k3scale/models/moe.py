@@ -5,10 +5,11 @@ K3 Stable LatentMoE (d_latent = l): `z = W_down u`; `m = sum_{e in sel} p_e FFN_
 latent space; `y = Shared(u) + W_up RMSNorm(m)` (norm when `latent_norm`); SiTU-GLU everywhere.
 Shared experts are one GLU of width `num_shared * d_expert` at full width d.
 
-On CPU fp32 with the fused kernels built, a K2 layer (no latent) runs as one autograd node
-(`ops/moe/fused.moe_layer_fused`), its shared GLU as S more experts of the same kernel call; K3,
-bf16 autocast and the Triton backend compose the pieces below. Both give the same results to
-float rounding (tests/models/test_moe.py).
+On CPU fp32 with the fused kernels built, a layer with shared experts runs as one autograd node
+whose forward and backward are one C++ call each (`ops/moe/fused.moe_layer_fused` for K2, its
+shared GLU as S more experts of the routed kernel call; `latent_moe_layer_fused` for K3); bf16
+autocast and the Triton backend compose the pieces below. Both give the same results to float
+rounding (tests/models/test_moe.py).
 
 Balancing: the bias buffer moves selection only. In training mode every forward adds this
 micro-batch's statistics (per-expert loads; margin histograms for Quantile Balancing) to
@@ -31,7 +32,7 @@ from k3scale.models.router import Routing, route, sequence_aux_loss
 from k3scale.ops.backend import qb_counts_op, situ_glu_op
 from k3scale.ops.cpu import supports
 from k3scale.ops.moe import routed_experts
-from k3scale.ops.moe.fused import moe_layer_fused
+from k3scale.ops.moe.fused import latent_moe_layer_fused, moe_layer_fused
 from k3scale.ops.moe.naive import GluActivation
 from k3scale.ops.situ import swiglu
 
@@ -134,8 +135,8 @@ class MoE(nn.Module):
         return routed.reshape(x.shape)
 
     def _fuses_layer(self, tokens: torch.Tensor) -> bool:
-        # One fused node needs the shared experts on the routed experts' input (no latent, K2).
-        if self.shared is None or self.latent_down is not None or self.kernel_activation is None:
+        # The single fused nodes (K2 and K3) take the shared experts as part of the layer.
+        if self.shared is None or self.kernel_activation is None:
             return False
         return tokens.dtype == torch.float32 and supports(tokens, self.w_gate, self.router.weight)
 
@@ -147,16 +148,26 @@ class MoE(nn.Module):
         alpha = self.cfg.seq_aux_alpha if self.training else 0.0
         num_sequences = batch_shape[0] if len(batch_shape) > 1 else 1
         shared = self.shared
-        out, self.aux_loss, scores, index, values, loads = moe_layer_fused(
-            tokens,
-            self.router.weight,
-            self.bias,
-            (self.w_gate, self.w_up, self.w_down),
-            (shared.w_gate.weight, shared.w_up.weight, shared.w_down.weight),
-            (top_k, top_k + 1 if wants_cutoff else top_k, self.cfg.routed_scale),
-            (num_sequences, alpha),
-            self.kernel_activation,
-        )
+        common = {
+            "experts": (self.w_gate, self.w_up, self.w_down),
+            "shared": (shared.w_gate.weight, shared.w_up.weight, shared.w_down.weight),
+            "routing": (top_k, top_k + 1 if wants_cutoff else top_k, self.cfg.routed_scale),
+            "aux": (num_sequences, alpha),
+            "activation": self.kernel_activation,
+        }
+        router_weight = self.router.weight
+        if self.latent_down is None:
+            results = moe_layer_fused(tokens, router_weight, self.bias, **common)
+        else:
+            norm = self.latent_norm
+            latent = (
+                self.latent_down.weight,
+                self.latent_up.weight,
+                None if norm is None else norm.weight,
+                0.0 if norm is None else norm.eps,
+            )
+            results = latent_moe_layer_fused(tokens, router_weight, self.bias, latent, **common)
+        out, self.aux_loss, scores, index, values, loads = results
         if self.training:
             cutoff = (values[:, top_k], index[:, top_k]) if wants_cutoff else (None, None)
             self._record(loads, scores, *cutoff)

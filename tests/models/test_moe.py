@@ -202,7 +202,6 @@ def test_fused_k2_layer_with_two_shared_experts_matches_torch_layer(balancing):
     cfg = get_preset("k2-t1")
     moe_cfg = dataclasses.replace(cfg.moe, num_shared=2, balancing=balancing)
     fused, reference = check_fused_layer(cfg, moe_cfg)
-    assert fused._fuses_layer(torch.zeros(1, cfg.d_model))  # the single node, not the composition
     fused.eval()
     reference.eval()
     with torch.no_grad():
@@ -211,11 +210,28 @@ def test_fused_k2_layer_with_two_shared_experts_matches_torch_layer(balancing):
 
 
 @pytest.mark.parametrize("term", ["out", "aux"])
-def test_fused_k2_layer_when_one_output_reaches_the_loss(term):
+@pytest.mark.parametrize("preset", ["k2-t1", "k3-t1"])
+def test_fused_layer_when_one_output_reaches_the_loss(preset, term):
     # The single node's backward gets None for an output the loss does not use (no zeros are
-    # materialised): only the layer's output (as in `bench moe`), or only its aux loss.
-    cfg = get_preset("k2-t1")
-    check_fused_layer(cfg, cfg.moe, loss_terms=(term,))
+    # materialised): only the layer's output (as in `bench moe`), or only its aux loss (on
+    # here for K3 too, whose preset has it off).
+    cfg = get_preset(preset)
+    check_fused_layer(cfg, dataclasses.replace(cfg.moe, seq_aux_alpha=1e-4), loss_terms=(term,))
+
+
+@pytest.mark.parametrize("latent_norm", [True, False])
+def test_fused_k3_layer_with_and_without_latent_norm_matches_torch_layer(latent_norm):
+    # K3's single node (router, aux loss, latent projections, RMSNorm, routed and shared
+    # experts) with the latent norm on (its weight gets a gradient) and off; loss-free balancing
+    # here, Quantile Balancing in the preset test above.
+    cfg = get_preset("k3-t1")
+    moe_cfg = dataclasses.replace(cfg.moe, latent_norm=latent_norm, balancing="loss_free")
+    fused, reference = check_fused_layer(cfg, moe_cfg)
+    if latent_norm:
+        with torch.no_grad():  # a non-trivial norm weight, so its use in the backward is checked
+            for layer in (fused, reference):
+                layer.latent_norm.weight.copy_(torch.linspace(0.5, 1.5, moe_cfg.d_latent))
+        check_pair(fused, reference, cfg.d_model, ("out", "aux"))
 
 
 def check_fused_layer(cfg, moe_cfg, loss_terms=("out", "aux")) -> tuple[MoE, MoE]:
@@ -225,23 +241,32 @@ def check_fused_layer(cfg, moe_cfg, loss_terms=("out", "aux")) -> tuple[MoE, MoE
     )
     reference = torch_only(fused)
     assert fused.kernel_activation is not None and reference.kernel_activation is None
-    x = torch.randn(4, 32, cfg.d_model, generator=torch.Generator().manual_seed(2))
+    assert fused._fuses_layer(torch.zeros(1, cfg.d_model))  # the single node, not the composition
+    check_pair(fused, reference, cfg.d_model, loss_terms)
+    return fused, reference
+
+
+def check_pair(fused: MoE, reference: MoE, d_model: int, loss_terms) -> None:
+    """Training forward+backward of both layers: outputs, aux loss, statistics, every grad."""
+    inputs = torch.randn(4, 32, d_model, generator=torch.Generator().manual_seed(2))
     results = []
     for layer in (fused, reference):
         layer.train()
+        layer.zero_grad(set_to_none=True)
+        layer.reset_statistics()
+        x = inputs.clone().requires_grad_()  # the input's gradient too (the residual stream's)
         out = layer(x)
         terms = {"out": out.square().mean(), "aux": layer.aux_loss}
         sum(terms[name] for name in loss_terms).backward()
-        grads = {name: p.grad for name, p in layer.named_parameters()}
+        grads = {name: p.grad for name, p in layer.named_parameters()} | {"input": x.grad}
         results.append((out, layer.aux_loss, grads, layer.statistics()))
     (out, aux, grads, stats), (ref_out, ref_aux, ref_grads, ref_stats) = results
     assert rel_rms(out, ref_out) < 1e-5
     assert torch.equal(stats, ref_stats)  # same selections, so identical loads and QB counts
-    if cfg.moe.seq_aux_alpha > 0:
+    if fused.cfg.seq_aux_alpha > 0:
         assert rel_rms(aux, ref_aux) < 1e-5
     for name, grad in ref_grads.items():
         if grad is None:  # not reached by the loss: the fused node may return zeros
             assert grads[name] is None or not grads[name].any(), name
         else:
             assert rel_rms(grads[name], grad) < 1e-5, name
-    return fused, reference

@@ -172,12 +172,107 @@ class _MoELayer(torch.autograd.Function):
     def backward(ctx, grad_out, grad_aux, *_no_grads):
         routed_scale, activation = ctx.settings
         saved = ctx.saved_tensors
-        x = saved[0]
-        if grad_out is None:  # only the aux loss reached the loss
-            grad_out = torch.zeros_like(x)
-        if grad_aux is None:  # aux loss off or unused
-            grad_aux = x.new_empty(0)
+        grad_out, grad_aux = _present_grads(saved[0], grad_out, grad_aux)
         grads = load().moe_layer_backward(
             grad_out, grad_aux, *saved, routed_scale, *activation.args()
         )
         return (*grads[:2], None, *grads[2:], None, None, None)
+
+
+def _present_grads(x: torch.Tensor, grad_out: torch.Tensor | None, grad_aux: torch.Tensor | None):
+    """A layer node's output gradients as its C++ backward takes them (None: not used)."""
+    if grad_out is None:  # only the aux loss reached the loss
+        grad_out = torch.zeros_like(x)
+    if grad_aux is None:  # aux loss off or unused
+        grad_aux = x.new_empty(0)
+    return grad_out, grad_aux
+
+
+def latent_moe_layer_fused(
+    x: torch.Tensor,
+    router_weight: torch.Tensor,
+    bias: torch.Tensor,
+    latent: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float],
+    experts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    routing: tuple[int, int, float],
+    aux: tuple[int, float],
+    activation: KernelActivation,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A K3 Stable LatentMoE layer as ONE autograd node (`latent_moe_layer_forward_op`): router,
+    aux loss, latent down-projection, routed experts at the latent width, RMSNorm, latent
+    up-projection, and the shared GLU at full width.
+
+    Args:
+        latent: `(w_latent_down [l, d], w_latent_up [d, l], norm weight [l] or None (norm off),
+            norm eps)`.
+        experts: routed `w_gate, w_up [E, f, l]`, `w_down [E, l, f]`.
+        The rest as in `moe_layer_fused`.
+    Returns:
+        As `moe_layer_fused`.
+    """
+    latent_down, latent_up, norm_weight, eps = latent
+    if norm_weight is None:
+        norm_weight = latent_down.new_empty(0)
+    return _LatentMoELayer.apply(
+        x,
+        router_weight,
+        bias,
+        latent_down,
+        latent_up,
+        norm_weight,
+        *experts,
+        *shared,
+        routing,
+        aux,
+        eps,
+        activation,
+    )
+
+
+class _LatentMoELayer(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx,
+        x,
+        router_weight,
+        bias,
+        latent_down,
+        latent_up,
+        norm_weight,
+        w_gate,
+        w_up,
+        w_down,
+        s_gate,
+        s_up,
+        s_down,
+        routing,
+        aux,
+        eps,
+        act,
+    ):
+        weights = (latent_down, latent_up, norm_weight, w_gate, w_up, w_down, s_gate, s_up, s_down)
+        out, aux_loss, scores, index, values, loads, *saved = load().latent_moe_layer_forward(
+            x, router_weight, bias, *weights, *routing, *aux, eps, *act.args()
+        )
+        alpha = aux[1]
+        ctx.mark_non_differentiable(
+            scores, index, values, loads, *(() if alpha > 0 else (aux_loss,))
+        )
+        ctx.save_for_backward(
+            x, router_weight, latent_down, latent_up, norm_weight, scores, index, *saved
+        )
+        ctx.settings = (routing[2], act)
+        ctx.set_materialize_grads(False)
+        return out, aux_loss, scores, index, values, loads
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_aux, *_no_grads):
+        routed_scale, activation = ctx.settings
+        saved = ctx.saved_tensors
+        grad_out, grad_aux = _present_grads(saved[0], grad_out, grad_aux)
+        grads = load().latent_moe_layer_backward(
+            grad_out, grad_aux, saved, routed_scale, *activation.args()
+        )
+        grad_norm = grads[4] if grads[4].numel() else None  # None: norm off
+        return (*grads[:2], None, *grads[2:4], grad_norm, *grads[5:], None, None, None, None)
