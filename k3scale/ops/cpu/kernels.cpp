@@ -943,22 +943,25 @@ std::vector<at::Tensor> moe_layer_forward_op(
           plan[2],    plan[3],   gate,      up,         down};
 }
 
-// Backward of moe_layer_forward_op: {grad_x, grad_router, grad routed gate, up, down, grad shared
+// Backward of moe_layer_forward_op. `saved` is {x, router_weight, scores, index} followed by the
+// forward's saved list. Returns {grad_x, grad_router, grad routed gate, up, down, grad shared
 // gate, up, down}, the shared ones in the GLU's own layouts. grad_aux is empty when the aux loss
-// is off or unused.
-std::vector<at::Tensor> moe_layer_backward_op(
-    const at::Tensor& grad_out, const at::Tensor& grad_aux, const at::Tensor& x_any,
-    const at::Tensor& router_weight, const at::Tensor& scores, const at::Tensor& index,
-    const at::Tensor& weights, const at::Tensor& slot_weight, const at::Tensor& coefficient,
-    const at::Tensor& pre, const at::Tensor& order, const at::Tensor& token_of,
-    const at::Tensor& position, const at::Tensor& offsets, const at::Tensor& gate,
-    const at::Tensor& up, const at::Tensor& down, double routed_scale, int64_t kind, double beta,
-    double linear_beta) {
+// is off or unused (so too in latent_moe_layer_backward_op).
+std::vector<at::Tensor> moe_layer_backward_op(const at::Tensor& grad_out,
+                                              const at::Tensor& grad_aux,
+                                              const std::vector<at::Tensor>& saved,
+                                              double routed_scale, int64_t kind, double beta,
+                                              double linear_beta) {
+  TORCH_CHECK(saved.size() == 15, "moe_layer_backward: expected 15 saved tensors");
+  const at::Tensor &x_any = saved[0], &router_weight = saved[1], &scores = saved[2];
+  const at::Tensor &index = saved[3], &weights = saved[4], &slot_weight = saved[5];
+  const at::Tensor &coefficient = saved[6], &pre = saved[7], *plan = &saved[8];
+  const at::Tensor &gate = saved[12], &up = saved[13], &down = saved[14];
   const auto x = x_any.contiguous();
   const int64_t num_tokens = x.size(0), a = x.size(1), num_experts = scores.size(1);
   const int64_t top_k = weights.size(1), num_shared = gate.size(0) - num_experts;
-  auto grads = experts_backward_op(grad_out.contiguous(), x, slot_weight, order, token_of, position,
-                                   offsets, gate, up, down, pre, kind, beta, linear_beta);
+  auto grads = experts_backward_op(grad_out.contiguous(), x, slot_weight, plan[0], plan[1], plan[2],
+                                   plan[3], gate, up, down, pre, kind, beta, linear_beta);
   auto& grad_x = grads[0];
   const auto grad_weights = grads[1].view({num_tokens, top_k + num_shared}).narrow(1, 0, top_k);
   auto grad_router = route_with_aux_backward(grad_weights, grad_aux, coefficient, scores, index,

@@ -155,37 +155,39 @@ class _MoELayer(torch.autograd.Function):
         ctx, x, router_weight, bias, w_gate, w_up, w_down, s_gate, s_up, s_down, routing, aux, act
     ):
         weights = (w_gate, w_up, w_down, s_gate, s_up, s_down)
-        out, aux_loss, scores, index, values, loads, *saved = load().moe_layer_forward(
+        results = load().moe_layer_forward(
             x, router_weight, bias, *weights, *routing, *aux, *act.args()
         )
-        alpha = aux[1]
-        ctx.mark_non_differentiable(
-            scores, index, values, loads, *(() if alpha > 0 else (aux_loss,))
-        )
-        ctx.save_for_backward(x, router_weight, scores, index, *saved)
-        ctx.settings = (routing[2], act)
-        # Unused outputs' gradients stay None: no zero tensors for the four statistics outputs.
-        ctx.set_materialize_grads(False)
-        return out, aux_loss, scores, index, values, loads
+        return _finish_forward(ctx, results, (x, router_weight), routing, aux, act)
 
     @staticmethod
     def backward(ctx, grad_out, grad_aux, *_no_grads):
-        routed_scale, activation = ctx.settings
-        saved = ctx.saved_tensors
-        grad_out, grad_aux = _present_grads(saved[0], grad_out, grad_aux)
-        grads = load().moe_layer_backward(
-            grad_out, grad_aux, *saved, routed_scale, *activation.args()
-        )
+        grads = _layer_backward(ctx, grad_out, grad_aux, load().moe_layer_backward)
         return (*grads[:2], None, *grads[2:], None, None, None)
 
 
-def _present_grads(x: torch.Tensor, grad_out: torch.Tensor | None, grad_aux: torch.Tensor | None):
-    """A layer node's output gradients as its C++ backward takes them (None: not used)."""
+def _finish_forward(ctx, results, inputs: tuple, routing, aux, activation):
+    """A layer node's outputs from its C++ forward's results; saves what its backward takes."""
+    out, aux_loss, scores, index, values, loads, *saved = results
+    alpha = aux[1]
+    ctx.mark_non_differentiable(scores, index, values, loads, *(() if alpha > 0 else (aux_loss,)))
+    ctx.save_for_backward(*inputs, scores, index, *saved)
+    ctx.settings = (routing[2], activation)
+    # Unused outputs' gradients stay None: no zero tensors for the four statistics outputs.
+    ctx.set_materialize_grads(False)
+    return out, aux_loss, scores, index, values, loads
+
+
+def _layer_backward(ctx, grad_out, grad_aux, backward_op):
+    """The C++ backward of a layer node on its saved tensors."""
+    routed_scale, activation = ctx.settings
+    saved = ctx.saved_tensors
+    x = saved[0]
     if grad_out is None:  # only the aux loss reached the loss
         grad_out = torch.zeros_like(x)
     if grad_aux is None:  # aux loss off or unused
         grad_aux = x.new_empty(0)
-    return grad_out, grad_aux
+    return backward_op(grad_out, grad_aux, saved, routed_scale, *activation.args())
 
 
 def latent_moe_layer_fused(
@@ -252,27 +254,14 @@ class _LatentMoELayer(torch.autograd.Function):
         act,
     ):
         weights = (latent_down, latent_up, norm_weight, w_gate, w_up, w_down, s_gate, s_up, s_down)
-        out, aux_loss, scores, index, values, loads, *saved = load().latent_moe_layer_forward(
+        results = load().latent_moe_layer_forward(
             x, router_weight, bias, *weights, *routing, *aux, eps, *act.args()
         )
-        alpha = aux[1]
-        ctx.mark_non_differentiable(
-            scores, index, values, loads, *(() if alpha > 0 else (aux_loss,))
-        )
-        ctx.save_for_backward(
-            x, router_weight, latent_down, latent_up, norm_weight, scores, index, *saved
-        )
-        ctx.settings = (routing[2], act)
-        ctx.set_materialize_grads(False)
-        return out, aux_loss, scores, index, values, loads
+        inputs = (x, router_weight, latent_down, latent_up, norm_weight)
+        return _finish_forward(ctx, results, inputs, routing, aux, act)
 
     @staticmethod
     def backward(ctx, grad_out, grad_aux, *_no_grads):
-        routed_scale, activation = ctx.settings
-        saved = ctx.saved_tensors
-        grad_out, grad_aux = _present_grads(saved[0], grad_out, grad_aux)
-        grads = load().latent_moe_layer_backward(
-            grad_out, grad_aux, saved, routed_scale, *activation.args()
-        )
+        grads = _layer_backward(ctx, grad_out, grad_aux, load().latent_moe_layer_backward)
         grad_norm = grads[4] if grads[4].numel() else None  # None: norm off
         return (*grads[:2], None, *grads[2:4], grad_norm, *grads[5:], None, None, None, None)
