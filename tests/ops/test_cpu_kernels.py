@@ -129,7 +129,8 @@ def test_plan_dispatch_rejects_an_expert_out_of_range(kernels):
         kernels.plan_dispatch(torch.tensor([[0, 4]]), 4)
 
 
-@pytest.mark.parametrize(("num_experts", "count"), [(12, 3), (28, 5), (5, 5), (64, 9)])
+# Counts up to 9 run a compile-time slot network, larger ones the general one (28, 12).
+@pytest.mark.parametrize(("num_experts", "count"), [(12, 3), (28, 5), (5, 5), (64, 9), (28, 12)])
 def test_select_top_matches_topk(kernels, num_experts, count):
     gen = torch.Generator().manual_seed(num_experts)
     scores = torch.rand(1001, num_experts, generator=gen)  # continuous: no ties
@@ -140,19 +141,20 @@ def test_select_top_matches_topk(kernels, num_experts, count):
     assert torch.equal(index, expected_index)
 
 
+# 18 rows: one full block of vector lanes (read by gathers) and a partial one (scalar reads).
 def test_select_top_breaks_ties_toward_the_lower_expert(kernels):
-    scores = torch.tensor([[0.5, 0.7, 0.5, 0.7, 0.1], [0.3, 0.3, 0.3, 0.3, 0.3]])
+    scores = torch.tensor([[0.5, 0.7, 0.5, 0.7, 0.1], [0.3, 0.3, 0.3, 0.3, 0.3]]).repeat(9, 1)
     _, index = kernels.select_top(scores, torch.zeros(5), 3)
-    assert index.tolist() == [[1, 3, 0], [0, 1, 2]]
+    assert index.tolist() == [[1, 3, 0], [0, 1, 2]] * 9
 
 
 def test_select_top_rows_with_nan_get_valid_distinct_experts(kernels):
     nan = float("nan")
-    scores = torch.tensor([[nan, 0.2, 0.3, 0.4], [nan, nan, nan, nan], [0.1, nan, nan, nan]])
-    _, index = kernels.select_top(scores, torch.zeros(4), 3)
+    rows = [[nan, 0.2, 0.3, 0.4], [nan, nan, nan, nan], [0.1, nan, nan, nan]]
+    _, index = kernels.select_top(torch.tensor(rows).repeat(6, 1), torch.zeros(4), 3)
     for row in index.tolist():
         assert len(set(row)) == 3 and all(0 <= e < 4 for e in row)
-    assert index[0].tolist() == [3, 2, 1]
+    assert index[::3].tolist() == [[3, 2, 1]] * 6
 
 
 def router_problem(num_tokens=96, num_experts=12, seed=0):

@@ -25,7 +25,9 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -548,12 +550,50 @@ std::vector<at::Tensor> experts_backward_op(const at::Tensor& grad_out, const at
   return {grad_x, grad_weight, grad_gate_w, grad_up_w, grad_down_t.transpose(1, 2).contiguous()};
 }
 
+template <int64_t C>
+void select_top_block(const float* block, int64_t num_experts, int64_t count, float* lane_values,
+                      float* lane_index) {
+  using V = Vec<float>;
+  constexpr int64_t L = V::size();
+  using Slots = std::conditional_t<(C > 0), std::array<V, (C > 0 ? C : 1)>, std::vector<V>>;
+  Slots vals{}, idx{};
+  if constexpr (C == 0) {
+    vals.resize(count);
+    idx.resize(count);
+  }
+  const int64_t slots = C > 0 ? C : count;
+  for (int64_t p = 0; p < slots; ++p) {
+    vals[p] = V(-std::numeric_limits<float>::infinity());
+    idx[p] = V(-1.f);
+  }
+  for (int64_t e = 0; e < num_experts; ++e) {
+    V candidate = V::loadu(block + e * L);
+    V candidate_index{float(e)};
+#pragma GCC unroll 8
+    for (int64_t p = 0; p < slots; ++p) {
+      // Order by (value desc, expert asc): a displaced entry moving down must still pass
+      // an equal value held by a higher expert.
+      const V greater =
+          (candidate > vals[p]) | ((candidate == vals[p]) & (candidate_index < idx[p]));
+      const V kept = V::blendv(vals[p], candidate, greater);
+      candidate = V::blendv(candidate, vals[p], greater);
+      vals[p] = kept;
+      const V kept_index = V::blendv(idx[p], candidate_index, greater);
+      candidate_index = V::blendv(candidate_index, idx[p], greater);
+      idx[p] = kept_index;
+    }
+  }
+  for (int64_t p = 0; p < slots; ++p) {
+    vals[p].store(lane_values + p * L);
+    idx[p].store(lane_index + p * L);
+  }
+}
+
 // Top `count` of biased = scores + bias per row: {values [N, count] fp32, index [N, count]
 // int64}, larger first, the lower expert first on ties (torch.topk leaves tie order open).
-// Vectorised across rows: each vector lane is one row, and every expert passes through a
-// branchless insertion network of `count` compare-and-swap steps. Rows whose values are all
-// NaN or -inf (never from a sigmoid) fall back to a scalar fill, so indices are always valid and
-// distinct.
+// Vectorised across rows: each vector lane is one row (select_top_block). Rows whose values are
+// all NaN or -inf (never from a sigmoid) fall back to a scalar fill, so indices are always valid
+// and distinct.
 std::vector<at::Tensor> select_top_op(const at::Tensor& scores, const at::Tensor& bias,
                                       int64_t count) {
   TORCH_CHECK(scores.dim() == 2 && scores.is_contiguous() && scores.scalar_type() == at::kFloat &&
@@ -567,46 +607,38 @@ std::vector<at::Tensor> select_top_op(const at::Tensor& scores, const at::Tensor
   const float *s = scores.data_ptr<float>(), *b = bias.data_ptr<float>();
   float* out_values = values.data_ptr<float>();
   int64_t* out_index = index.data_ptr<int64_t>();
-  using V = Vec<float>;
-  constexpr int64_t L = V::size();
-  const int64_t num_blocks = (num_rows + L - 1) / L;
-  std::vector<float> block(num_experts * L);
-  std::vector<V> vals(count), idx(count);
-  float lane_values[L], lane_index[L];
-  for (int64_t blk = 0; blk < num_blocks; ++blk) {
-    const int64_t r0 = blk * L, rows = std::min(L, num_rows - r0);
-    for (int64_t l = 0; l < L; ++l) {
+  constexpr int64_t L = Vec<float>::size();
+  using BlockFn = void (*)(const float*, int64_t, int64_t, float*, float*);
+  // Fixed counts cover top-k and top-(k+1) of every ladder and preset (k <= 8).
+  constexpr BlockFn kFixed[] = {select_top_block<0>, select_top_block<1>, select_top_block<2>,
+                                select_top_block<3>, select_top_block<4>, select_top_block<5>,
+                                select_top_block<6>, select_top_block<7>, select_top_block<8>,
+                                select_top_block<9>};
+  const BlockFn select = count < int64_t(std::size(kFixed)) ? kFixed[count] : kFixed[0];
+  std::vector<float> block(num_experts * L), lane_values(count * L), lane_index(count * L);
+  const auto row_offsets = Vec<int32_t>::arange(0, int32_t(num_experts));  // lane l: row l
+  for (int64_t r0 = 0; r0 < num_rows; r0 += L) {
+    const int64_t rows = std::min(L, num_rows - r0);
+    if (rows == L) {  // one gather per expert column (a scalar transpose took 40% of route)
       for (int64_t e = 0; e < num_experts; ++e) {
-        block[e * L + l] = l < rows ? s[(r0 + l) * num_experts + e] + b[e] : 0.f;
+        const auto column = at::vec::gather<4>(s + r0 * num_experts + e, row_offsets);
+        (column + Vec<float>(b[e])).store(block.data() + e * L);
+      }
+    } else {
+      for (int64_t l = 0; l < L; ++l) {
+        for (int64_t e = 0; e < num_experts; ++e) {
+          block[e * L + l] = l < rows ? s[(r0 + l) * num_experts + e] + b[e] : 0.f;
+        }
       }
     }
-    std::fill(vals.begin(), vals.end(), V(-std::numeric_limits<float>::infinity()));
-    std::fill(idx.begin(), idx.end(), V(-1.f));
-    for (int64_t e = 0; e < num_experts; ++e) {
-      V candidate = V::loadu(&block[e * L]);
-      V candidate_index{float(e)};
+    select(block.data(), num_experts, count, lane_values.data(), lane_index.data());
+    for (int64_t l = 0; l < rows; ++l) {
       for (int64_t p = 0; p < count; ++p) {
-        // Order by (value desc, expert asc): a displaced entry moving down must still pass
-        // an equal value held by a higher expert.
-        const V greater =
-            (candidate > vals[p]) | ((candidate == vals[p]) & (candidate_index < idx[p]));
-        const V kept = V::blendv(vals[p], candidate, greater);
-        candidate = V::blendv(candidate, vals[p], greater);
-        vals[p] = kept;
-        const V kept_index = V::blendv(idx[p], candidate_index, greater);
-        candidate_index = V::blendv(candidate_index, idx[p], greater);
-        idx[p] = kept_index;
+        out_values[(r0 + l) * count + p] = lane_values[p * L + l];
+        out_index[(r0 + l) * count + p] = int64_t(lane_index[p * L + l]);
       }
+      fill_unselected(out_index + (r0 + l) * count, count);
     }
-    for (int64_t p = 0; p < count; ++p) {
-      vals[p].store(lane_values);
-      idx[p].store(lane_index);
-      for (int64_t l = 0; l < rows; ++l) {
-        out_values[(r0 + l) * count + p] = lane_values[l];
-        out_index[(r0 + l) * count + p] = int64_t(lane_index[l]);
-      }
-    }
-    for (int64_t l = 0; l < rows; ++l) fill_unselected(out_index + (r0 + l) * count, count);
   }
   return {values, index};
 }
@@ -641,9 +673,9 @@ std::vector<at::Tensor> route_forward_op(const at::Tensor& logits, const at::Ten
   for (int64_t row = 0; row < num_rows; ++row) {
     float total = 0;
     for (int64_t j = 0; j < top_k; ++j) total += s[row * num_experts + idx[row * count + j]];
+    const float scale = float(routed_scale) / total;
     for (int64_t j = 0; j < top_k; ++j) {
-      w[row * top_k + j] =
-          float(routed_scale) * s[row * num_experts + idx[row * count + j]] / total;
+      w[row * top_k + j] = scale * s[row * num_experts + idx[row * count + j]];
     }
   }
   return {scores, selection[0], index, weights};
