@@ -1,6 +1,7 @@
 """The fused C++ CPU kernels (ops/cpu/kernels.cpp) against their torch references: routed experts
 (naive.py, dispatch.py), the router and aux loss (models/router.py), QB margin counts
-(ops/qb/histogram.py) and the GLU activations (ops/situ/naive.py): outputs and every gradient,
+(ops/qb/histogram.py), the GLU activations (ops/situ/naive.py) and the output head's
+cross-entropy chunk (ops/head_ce/chunked.py): outputs and every gradient,
 fp64 gradient checks, and the fallback when the kernels are off or fail to build."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from k3scale.models.router import route, sequence_aux_loss
 from k3scale.ops.cpu import SITU, SWIGLU, KernelActivation, load, unavailable_reason
+from k3scale.ops.head_ce.chunked import _nll_into_gradient_torch
 from k3scale.ops.moe import routed_experts, routed_experts_naive
 from k3scale.ops.qb.histogram import margin_counts
 from k3scale.ops.situ import situ_glu, swiglu
@@ -214,6 +216,29 @@ def test_margin_counts_fused_equal_torch(bias_scale):
     routing = route(logits, bias, 3, 1.0, with_cutoff=True, fused=False)
     args = (routing.scores, routing.cutoff, routing.cutoff_expert, bias, 64)
     assert torch.equal(margin_counts(*args), margin_counts(*args, fused=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("vocab", [300, 8192])  # 300: a partial vector at each row's end
+def test_head_chunk_kernel_matches_the_torch_ops(kernels, dtype, vocab):
+    # ops/head_ce: the kernel against the torch ops beside it, on the summed NLL and on the
+    # gradient both leave in the logits; targets include both ends of the vocabulary.
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(37, vocab, generator=gen, dtype=dtype) * 4
+    targets = torch.randint(0, vocab, (37,), generator=gen)
+    targets[:2] = torch.tensor([0, vocab - 1])
+    expected = logits.clone()
+    expected_nll = _nll_into_gradient_torch(expected, targets, 100)
+    nll = kernels.softmax_xent_grad(logits, targets, 1.0 / 100)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-13
+    assert abs(nll.item() - expected_nll.item()) <= tolerance * abs(expected_nll.item())
+    assert rel_rms(logits, expected) < tolerance
+    assert nll.dtype == dtype
+
+
+def test_head_chunk_kernel_rejects_a_target_out_of_range(kernels):
+    with pytest.raises(RuntimeError, match="out of range"):
+        kernels.softmax_xent_grad(torch.zeros(2, 5), torch.tensor([1, 5]), 0.5)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))

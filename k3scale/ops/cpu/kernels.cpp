@@ -12,6 +12,7 @@
 //   tokens in sorted order, so results are deterministic.
 // * The router after its linear map (sigmoid, top-k with the balancing bias, weights), the
 //   sequence-wise aux loss, and Quantile Balancing's margin counts.
+// * The output head's cross-entropy on a chunk of logits, turned into its gradient in place.
 // * Whole MoE layers, K2 and K3 (Stable LatentMoE), composed from the above, one call per
 //   direction: eager Python between the pieces had cost about as much as their arithmetic at
 //   d = 16-64.
@@ -835,6 +836,58 @@ std::vector<at::Tensor> plan_dispatch_op(const at::Tensor& expert_idx, int64_t n
   return {order, token_of, position, offsets};
 }
 
+// Cross-entropy of one chunk of output-head logits [R, V], in place (ops/head_ce/chunked.py,
+// `_nll_into_gradient_torch`): each row becomes (softmax - onehot(target)) * scale, in three
+// passes over the row (max; exp and sum; scale) where the torch ops take five and allocate.
+// Returns the chunk's summed NLL (0-dim, logits' dtype; accumulated in double).
+at::Tensor softmax_xent_grad_op(const at::Tensor& logits, const at::Tensor& targets, double scale) {
+  TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(),
+              "softmax_xent_grad: expected contiguous logits [R, V]");
+  TORCH_CHECK(targets.scalar_type() == at::kLong && targets.numel() == logits.size(0),
+              "softmax_xent_grad: expected int64 targets [R]");
+  const int64_t rows = logits.size(0), width = logits.size(1);
+  const auto targets_c = targets.contiguous();
+  const int64_t* target = targets_c.data_ptr<int64_t>();
+  double total = 0;
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "softmax_xent_grad", [&] {
+    using T = scalar_t;
+    using V = Vec<T>;
+    constexpr int64_t L = V::size();
+    const int64_t full = width - width % L;
+    T lanes[L];
+    for (int64_t r = 0; r < rows; ++r) {
+      T* row = logits.data_ptr<T>() + r * width;
+      const int64_t t = target[r];
+      TORCH_CHECK(t >= 0 && t < width, "softmax_xent_grad: target ", t, " out of range");
+      V vmax(-std::numeric_limits<T>::infinity());
+      for (int64_t j = 0; j < full; j += L) vmax = at::vec::maximum(vmax, V::loadu(row + j));
+      vmax.store(lanes);
+      T row_max = *std::max_element(lanes, lanes + L);
+      for (int64_t j = full; j < width; ++j) row_max = std::max(row_max, row[j]);
+      const T picked = row[t];
+      V vsum(T(0));
+      for (int64_t j = 0; j < full; j += L) {
+        const V e = (V::loadu(row + j) - V(row_max)).exp();
+        e.store(row + j);
+        vsum = vsum + e;
+      }
+      vsum.store(lanes);
+      T sum = 0;
+      for (int64_t l = 0; l < L; ++l) sum += lanes[l];
+      for (int64_t j = full; j < width; ++j) {
+        row[j] = std::exp(row[j] - row_max);
+        sum += row[j];
+      }
+      total += double(std::log(sum)) + double(row_max) - double(picked);
+      const T factor = T(scale) / sum;
+      for (int64_t j = 0; j < full; j += L) (V::loadu(row + j) * V(factor)).store(row + j);
+      for (int64_t j = full; j < width; ++j) row[j] *= factor;
+      row[t] -= T(scale);
+    }
+  });
+  return at::scalar_tensor(total, logits.options());
+}
+
 // ---- Whole MoE layers, composed from the kernels above: one call per direction. Eager Python
 // between the pieces had cost about as much as their arithmetic at the ladder's d = 16-64.
 
@@ -1164,6 +1217,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("route_backward", &route_backward_op);
   m.def("sequence_aux_forward", &sequence_aux_forward_op);
   m.def("sequence_aux_backward", &sequence_aux_backward_op);
+  m.def("softmax_xent_grad", &softmax_xent_grad_op);
   m.def("glu_forward", &glu_forward_op);
   m.def("glu_backward", &glu_backward_op);
   m.def("experts_forward", &experts_forward_op);

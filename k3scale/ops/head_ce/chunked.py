@@ -13,15 +13,39 @@ from __future__ import annotations
 
 import torch
 
-# Rows per chunk: 128 x 8192 fp32 logits = 4 MiB. Against the plain path, fwd+bwd of 2048 rows
-# at V 8192 on one thread (min of 7, two runs under load): d 16: 2.4x; d 64: 1.6-1.8x; d 128:
-# 1.3-1.4x. 32 and 64 rows were up to 10% better at d 16 and worse above; 256 worse everywhere.
-CHUNK_ROWS = 128
+from k3scale.ops.cpu import load, supports
+
+# Rows per chunk by hidden width (width limit, rows): the GEMMs want tall chunks, the softmax
+# pass wants its logits in cache. Measured with the fused chunk kernel at V 8192, interleaved
+# medians: whole-model fwd+bwd (16 x 64 tokens), 1 thread: k2-t2 (d 32) 32 rows 1.2x faster
+# than 128; at d 64, 32-256 rows within the noise (k2-t3 best at 128, dense-t3 at 32); head
+# alone, d 256: 256-512 rows 1.1-1.2x faster than 128.
+CHUNK_ROWS_BY_WIDTH = ((32, 32), (128, 128))
+WIDE_CHUNK_ROWS = 256
+
+
+def chunk_rows_for(width: int) -> int:
+    """Rows per chunk for hidden width `width` (see the measurements above)."""
+    for limit, rows in CHUNK_ROWS_BY_WIDTH:
+        if width <= limit:
+            return rows
+    return WIDE_CHUNK_ROWS
 
 
 def _nll_into_gradient(logits: torch.Tensor, targets: torch.Tensor, num_rows: int) -> torch.Tensor:
     """Summed NLL of one chunk; turns `logits` in place into d(mean NLL)/d(logits), that is
-    `(softmax - onehot) / num_rows`, with one exp pass (logsumexp would add a second)."""
+    `(softmax - onehot) / num_rows`. The fused C++ kernel when built (three passes over the
+    chunk, no temporaries), else the torch ops below; tests compare the two."""
+    if supports(logits):
+        return load().softmax_xent_grad(logits, targets, 1.0 / num_rows)
+    return _nll_into_gradient_torch(logits, targets, num_rows)
+
+
+def _nll_into_gradient_torch(
+    logits: torch.Tensor, targets: torch.Tensor, num_rows: int
+) -> torch.Tensor:
+    """The torch reference of `_nll_into_gradient`, with one exp pass (logsumexp would add a
+    second)."""
     row_max = logits.max(dim=-1, keepdim=True).values
     picked = logits.gather(1, targets[:, None])
     sums = logits.sub_(row_max).exp_().sum(dim=-1, keepdim=True)
@@ -58,17 +82,20 @@ def head_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    chunk_rows: int = CHUNK_ROWS,
+    chunk_rows: int | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of `hidden [N, d] @ weight [V, d]^T` against `targets [N]`.
 
     Equals `head_cross_entropy_naive` for fp32 (or fp64, for tests) inputs; other dtypes and
-    autocast use the plain path. Gradients reach `hidden` and `weight` only.
+    autocast use the plain path. Gradients reach `hidden` and `weight` only. `chunk_rows`
+    defaults to `chunk_rows_for(d)`.
     """
     if hidden.dtype != weight.dtype or hidden.dtype not in (torch.float32, torch.float64):
         raise ValueError(
             f"head_cross_entropy: needs fp32 (or fp64) inputs, got {hidden.dtype}/{weight.dtype}"
         )
+    if chunk_rows is None:
+        chunk_rows = chunk_rows_for(hidden.shape[1])
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows: must be >= 1, got {chunk_rows}")
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
