@@ -5,8 +5,9 @@ compare outputs and every gradient.
 
 Experts: one kernel call runs every expert forward (gather, projections, activation, routing
 weight, scatter, per-token sum), one more the whole backward; eager torch needed about 60 ops.
-`moe_layer_fused` goes further for K2 (no latent projection): router, aux loss, routed and
-shared experts as one autograd node.
+Whole layers go further: `moe_layer_fused` (K2) and `latent_moe_layer_fused` (K3 Stable
+LatentMoE) are one autograd node each, whose forward and backward are one C++ call each; the
+torch reference for them is the composed layer in `models/moe.py` (tests/models/test_moe.py).
 """
 
 from __future__ import annotations
