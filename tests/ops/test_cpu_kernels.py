@@ -209,13 +209,32 @@ def test_sequence_aux_loss_fused_matches_reference():
 
 
 @pytest.mark.parametrize("bias_scale", [0.05, 2.0])
-def test_margin_counts_fused_equal_torch(bias_scale):
+@pytest.mark.parametrize("num_experts", [10, 28])  # whole vectors of experts and a scalar tail
+def test_margin_counts_fused_equal_torch(bias_scale, num_experts):
     # bias_scale 2 pushes margins far outside the typical range (exercises the clamping).
-    logits, _ = router_problem(num_tokens=513, num_experts=10, seed=2)
-    bias = torch.randn(10, generator=torch.Generator().manual_seed(5)) * bias_scale
+    logits, _ = router_problem(num_tokens=513, num_experts=num_experts, seed=2)
+    bias = torch.randn(num_experts, generator=torch.Generator().manual_seed(5)) * bias_scale
     routing = route(logits, bias, 3, 1.0, with_cutoff=True, fused=False)
     args = (routing.scores, routing.cutoff, routing.cutoff_expert, bias, 64)
     assert torch.equal(margin_counts(*args), margin_counts(*args, fused=False))
+
+
+@pytest.mark.parametrize(("width_in", "width_out"), [(16, 12), (8, 16), (64, 28), (33, 7)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_linear_rows_matches_matmul(kernels, width_in, width_out, accumulate):
+    # The layers' narrow linear maps (router, latent projections) on the register-blocked GEMM:
+    # y = x W^T, and the backward's grad_x (+)= grad_y W and grad_W = grad_y^T x.
+    gen = torch.Generator().manual_seed(width_in)
+    x = torch.randn(301, width_in, generator=gen)
+    weight = torch.randn(width_out, width_in, generator=gen)
+    grad_y = torch.randn(301, width_out, generator=gen)
+    assert rel_rms(kernels.linear_rows(x, weight), x @ weight.T) < 1e-6
+    start = torch.randn(301, width_in, generator=gen)
+    grad_x = start.clone()
+    grad_weight = kernels.linear_rows_backward(grad_y, x, weight, grad_x, accumulate)
+    expected_x = grad_y @ weight + (start if accumulate else 0)
+    assert rel_rms(grad_x, expected_x) < 1e-6
+    assert rel_rms(grad_weight, grad_y.T @ x) < 1e-6
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

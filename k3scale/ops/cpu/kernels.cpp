@@ -891,36 +891,45 @@ at::Tensor softmax_xent_grad_op(const at::Tensor& logits, const at::Tensor& targ
 // ---- Whole MoE layers, composed from the kernels above: one call per direction. Eager Python
 // between the pieces had cost about as much as their arithmetic at the ladder's d = 16-64.
 
-// Router logits x W^T [N, E] (fp32, contiguous x) on the register-blocked GEMM: at the
-// ladder's d and E (16-64 by 12-28), MKL's sgemm took about twice as long per call here.
-at::Tensor router_logits(const at::Tensor& x, const at::Tensor& router_weight) {
-  const int64_t num_tokens = x.size(0), d = x.size(1), num_experts = router_weight.size(0);
-  const auto weight_t = router_weight.t().contiguous();  // [d, E]
-  auto logits = at::empty({num_tokens, num_experts}, x.options());
+// y = x W^T for the layers' narrow linear maps (the router's, the latent projections'): fp32,
+// x [N, a] contiguous, W [b, a]. On the register-blocked GEMM, not MKL: at the ladder's widths
+// (a, b of 8-64) sgemm took about twice as long per call here.
+at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat &&
+                  weight.scalar_type() == at::kFloat && weight.size(1) == x.size(1),
+              "linear_rows: expected contiguous fp32 x [N, a] and W [b, a]");
+  const int64_t num_rows = x.size(0), a = x.size(1), b = weight.size(0);
+  const auto weight_t = weight.t().contiguous();  // [a, b]
+  auto out = at::empty({num_rows, b}, x.options());
   const float *xs = x.data_ptr<float>(), *wt = weight_t.data_ptr<float>();
-  float* out = logits.data_ptr<float>();
-  gemm<false, true, float>([&](int64_t t, int64_t c) { return xs[t * d + c]; },
-                           [&](int64_t c) { return wt + c * num_experts; },
-                           [&](int64_t t) { return out + t * num_experts; }, num_tokens, d,
-                           num_experts);
-  return logits;
+  float* ys = out.data_ptr<float>();
+  gemm<false, true, float>([&](int64_t t, int64_t c) { return xs[t * a + c]; },
+                           [&](int64_t c) { return wt + c * b; },
+                           [&](int64_t t) { return ys + t * b; }, num_rows, a, b);
+  return out;
 }
 
-// Backward of router_logits: grad_x += grad_logits W; returns grad_W = grad_logits^T x.
-at::Tensor router_logits_backward(const at::Tensor& grad_logits, const at::Tensor& x,
-                                  const at::Tensor& router_weight_any, at::Tensor& grad_x) {
-  const int64_t num_tokens = x.size(0), d = x.size(1), num_experts = grad_logits.size(1);
-  const auto router_weight = router_weight_any.contiguous();
-  auto grad_weight = at::empty({num_experts, d}, x.options());
-  const float *gl = grad_logits.data_ptr<float>(), *xs = x.data_ptr<float>();
-  const float* w = router_weight.data_ptr<float>();
+// Backward of linear_rows: grad_x (+)= grad_y W (accumulate: add into grad_x); returns
+// grad_W = grad_y^T x [b, a].
+at::Tensor linear_rows_backward(const at::Tensor& grad_y_any, const at::Tensor& x,
+                                const at::Tensor& weight_any, at::Tensor& grad_x, bool accumulate) {
+  const auto grad_y = grad_y_any.contiguous(), weight = weight_any.contiguous();
+  const int64_t num_rows = x.size(0), a = x.size(1), b = weight.size(0);
+  auto grad_weight = at::empty({b, a}, x.options());
+  const float *gy = grad_y.data_ptr<float>(), *xs = x.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
   float *gx = grad_x.data_ptr<float>(), *gw = grad_weight.data_ptr<float>();
-  gemm<true, true, float>([&](int64_t t, int64_t e) { return gl[t * num_experts + e]; },
-                          [&](int64_t e) { return w + e * d; },
-                          [&](int64_t t) { return gx + t * d; }, num_tokens, num_experts, d);
-  gemm<false, false, float>([&](int64_t e, int64_t t) { return gl[t * num_experts + e]; },
-                            [&](int64_t t) { return xs + t * d; },
-                            [&](int64_t e) { return gw + e * d; }, num_experts, num_tokens, d);
+  auto grad_row = [&](int64_t t, int64_t o) { return gy[t * b + o]; };
+  auto weight_row = [&](int64_t o) { return w + o * a; };
+  auto grad_x_row = [&](int64_t t) { return gx + t * a; };
+  if (accumulate) {
+    gemm<true, true, float>(grad_row, weight_row, grad_x_row, num_rows, b, a);
+  } else {
+    gemm<false, true, float>(grad_row, weight_row, grad_x_row, num_rows, b, a);
+  }
+  gemm<false, false, float>([&](int64_t o, int64_t t) { return gy[t * b + o]; },
+                            [&](int64_t t) { return xs + t * a; },
+                            [&](int64_t o) { return gw + o * a; }, b, num_rows, a);
   return grad_weight;
 }
 
@@ -931,7 +940,7 @@ std::vector<at::Tensor> route_with_aux(const at::Tensor& x, const at::Tensor& ro
                                        double routed_scale, int64_t num_sequences, double alpha) {
   TORCH_CHECK(router_weight.scalar_type() == at::kFloat && router_weight.size(1) == x.size(1),
               "router weight: expected fp32 [E, d]");
-  auto routed = route_forward_op(router_logits(x, router_weight), bias.to(at::kFloat).contiguous(),
+  auto routed = route_forward_op(linear_rows(x, router_weight), bias.to(at::kFloat).contiguous(),
                                  top_k, count, routed_scale);
   at::Tensor aux_loss = at::zeros({}, x.options()), coefficient = at::empty({0}, x.options());
   if (alpha > 0) {
@@ -986,7 +995,7 @@ at::Tensor route_with_aux_backward(const at::Tensor& grad_weights, const at::Ten
                                : at::empty({0}, scores.options());
   const auto grad_logits =
       route_backward_op(grad_scores, grad_weights, scores, index, weights, routed_scale);
-  return router_logits_backward(grad_logits, x, router_weight, grad_x);
+  return linear_rows_backward(grad_logits, x, router_weight, grad_x, true);
 }
 
 // The shared GLU's weights appended to the routed experts' as S experts of width f: gate and up
@@ -1127,7 +1136,7 @@ std::vector<at::Tensor> latent_moe_layer_forward_op(
   const auto routed =
       route_with_aux(x, router_weight, bias, top_k, count, routed_scale, num_sequences, alpha);
   const at::Tensor &scores = routed[0], &index = routed[2], &weights = routed[3];
-  const auto z = at::mm(x, latent_down.t());
+  const auto z = linear_rows(x, latent_down);
   const auto slots = slot_assignments(index, weights, top_k, 0, 0);
   const auto plan = plan_dispatch_op(slots[0], num_experts);
   const auto experts = experts_forward_op(z, slots[1], plan[0], plan[1], plan[2], plan[3], w_gate,
@@ -1135,7 +1144,7 @@ std::vector<at::Tensor> latent_moe_layer_forward_op(
   const auto& m = experts[0];
   auto normed = std::vector<at::Tensor>{m, at::empty({0}, x.options())};
   if (norm_weight.numel()) normed = rms_norm_forward(m, norm_weight.contiguous(), eps);
-  auto out = at::mm(normed[0], latent_up.t());
+  auto out = linear_rows(normed[0], latent_up);
   // Shared GLU [S f, d] as a single expert [1, S f, d] (down [1, d, S f]), every token at weight 1.
   const auto shared_slots = slot_assignments(index, weights, 0, 1, 0);
   const auto shared_plan = plan_dispatch_op(shared_slots[0], 1);
@@ -1180,8 +1189,8 @@ std::vector<at::Tensor> latent_moe_layer_backward_op(const at::Tensor& grad_out_
                                     shared_plan[2], shared_plan[3], shared_gate, shared_up,
                                     shared_down, shared_pre, kind, beta, linear_beta);
   auto& grad_x = shared[0];
-  auto grad_latent_up = at::mm(grad_out.t(), normed);
-  auto grad_normed = at::mm(grad_out, latent_up);
+  auto grad_normed = at::empty_like(normed);
+  auto grad_latent_up = linear_rows_backward(grad_out, normed, latent_up, grad_normed, false);
   auto grad_m = grad_normed, grad_norm_weight = at::empty({0}, x.options());
   if (norm_weight.numel()) {
     auto norm = rms_norm_backward(grad_normed, m, inv_rms, norm_weight.contiguous());
@@ -1191,8 +1200,7 @@ std::vector<at::Tensor> latent_moe_layer_backward_op(const at::Tensor& grad_out_
   auto routed = experts_backward_op(grad_m, z, slot_weight, plan[0], plan[1], plan[2], plan[3],
                                     w_gate, w_up, w_down, pre, kind, beta, linear_beta);
   const auto& grad_z = routed[0];
-  auto grad_latent_down = at::mm(grad_z.t(), x);
-  grad_x.addmm_(grad_z, latent_down);
+  auto grad_latent_down = linear_rows_backward(grad_z, x, latent_down, grad_x, true);
   auto grad_router =
       route_with_aux_backward(routed[1].view({num_tokens, top_k}), grad_aux, coefficient, scores,
                               index, weights, routed_scale, x, router_weight, grad_x);
@@ -1218,6 +1226,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sequence_aux_forward", &sequence_aux_forward_op);
   m.def("sequence_aux_backward", &sequence_aux_backward_op);
   m.def("softmax_xent_grad", &softmax_xent_grad_op);
+  m.def("linear_rows", &linear_rows);
+  m.def("linear_rows_backward", &linear_rows_backward);
   m.def("glu_forward", &glu_forward_op);
   m.def("glu_backward", &glu_backward_op);
   m.def("experts_forward", &experts_forward_op);
