@@ -18,6 +18,8 @@ from torch import nn
 from k3scale.models.common import RMSNorm, linear
 from k3scale.models.config import KDAConfig
 from k3scale.ops.backend import kda_op
+from k3scale.ops.cpu import supports
+from k3scale.ops.cpu.conv import conv_silu_fused
 from k3scale.ops.kda import kda_gate_bounded, kda_gate_softplus
 from k3scale.ops.kda.naive import compute_dtype
 
@@ -163,8 +165,24 @@ def _causal_conv_silu(
         tail: the previous call's last `K_c - 1` inputs `[B, P, K_c - 1]`, or None.
 
     Returns:
-        `(y [B, T, P], new_tail [B, P, K_c - 1])`.
+        `(y [B, T, P], new_tail [B, P, K_c - 1])`. On CPU in fp32/fp64 with the C++ kernels built,
+        one fused kernel per direction in x's layout (`ops/cpu/conv.py`); else the torch path
+        below, its reference.
     """
+    width, _, conv_size = conv.weight.shape
+    if not supports(x, conv.weight):
+        return _causal_conv_silu_torch(conv, x, tail)
+    if tail is None:
+        tail = x.new_zeros(x.shape[0], width, conv_size - 1)
+    padded = torch.cat([tail.to(x.dtype).transpose(1, 2), x], dim=1)  # [B, K_c - 1 + T, P]
+    y = conv_silu_fused(padded, conv.weight.view(width, conv_size))
+    return y, padded[:, padded.shape[1] - (conv_size - 1) :].transpose(1, 2)
+
+
+def _causal_conv_silu_torch(
+    conv: nn.Conv1d, x: torch.Tensor, tail: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_causal_conv_silu` in torch ops (conv1d over `[B, P, T]`)."""
     width, _, conv_size = conv.weight.shape
     x_t = x.transpose(1, 2)  # [B, P, T]
     if tail is None:

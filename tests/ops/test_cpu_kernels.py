@@ -1,8 +1,9 @@
 """The fused C++ CPU kernels (ops/cpu/kernels.cpp) against their torch references: routed experts
 (naive.py, dispatch.py), the router and aux loss (models/router.py), QB margin counts
-(ops/qb/histogram.py), the GLU activations (ops/situ/naive.py) and the output head's
-cross-entropy chunk (ops/head_ce/chunked.py): outputs and every gradient,
-fp64 gradient checks, and the fallback when the kernels are off or fail to build."""
+(ops/qb/histogram.py), the GLU activations (ops/situ/naive.py), the output head's
+cross-entropy chunk (ops/head_ce/chunked.py) and KDA's short conv (models/kda.py): outputs and
+every gradient, fp64 gradient checks, and the fallback when the kernels are off or fail to
+build."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import pytest
 import torch
 
+from k3scale.models import kda
 from k3scale.models.router import route, sequence_aux_loss
 from k3scale.ops.cpu import SITU, SWIGLU, KernelActivation, load, unavailable_reason
 from k3scale.ops.head_ce.chunked import _nll_into_gradient_torch
@@ -217,6 +219,31 @@ def test_margin_counts_fused_equal_torch(bias_scale, num_experts):
     routing = route(logits, bias, 3, 1.0, with_cutoff=True, fused=False)
     args = (routing.scores, routing.cutoff, routing.cutoff_expert, bias, 64)
     assert torch.equal(margin_counts(*args), margin_counts(*args, fused=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [37, 112])  # 37: a partial vector per row
+@pytest.mark.parametrize("with_tail", [False, True])
+def test_kda_conv_silu_kernel_matches_the_torch_path(kernels, dtype, width, with_tail):
+    # models/kda: the fused short conv + SiLU against conv1d in torch: output, the tail for the
+    # next call, and the gradients of x, the tail and the weight.
+    gen = torch.Generator().manual_seed(width)
+    conv = kda._depthwise_conv(width, 4, 0.5).to(dtype)
+    x = torch.randn(3, 11, width, generator=gen, dtype=dtype)
+    tail = torch.randn(3, width, 3, generator=gen, dtype=dtype) if with_tail else None
+    grad_y = torch.randn(3, 11, width, generator=gen, dtype=dtype)
+    results = []
+    for fn in (kda._causal_conv_silu, kda._causal_conv_silu_torch):
+        conv.zero_grad(set_to_none=True)
+        xs = x.clone().requires_grad_()
+        ts = tail.clone().requires_grad_() if with_tail else None
+        y, new_tail = fn(conv, xs, ts)
+        y.backward(grad_y)
+        grads = (xs.grad, conv.weight.grad) + ((ts.grad,) if with_tail else ())
+        results.append((y, new_tail, *grads))
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-13
+    for got, expected in zip(*results, strict=True):
+        assert rel_rms(got, expected) < tolerance
 
 
 @pytest.mark.parametrize(("width_in", "width_out"), [(16, 12), (8, 16), (64, 28), (33, 7)])
