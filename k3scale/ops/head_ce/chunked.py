@@ -11,6 +11,8 @@ the incoming gradient. Without autograd (evaluation) only the loss is formed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from k3scale.ops.cpu import load, supports
@@ -32,19 +34,23 @@ def chunk_rows_for(width: int) -> int:
     return WIDE_CHUNK_ROWS
 
 
-def _nll_into_gradient(logits: torch.Tensor, targets: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """Summed NLL of one chunk; turns `logits` in place into d(mean NLL)/d(logits), that is
-    `(softmax - onehot) / num_rows`. The fused C++ kernel when built (three passes over the
-    chunk, no temporaries), else the torch ops below; tests compare the two."""
-    if supports(logits):
-        return load().softmax_xent_grad(logits, targets, 1.0 / num_rows)
-    return _nll_into_gradient_torch(logits, targets, num_rows)
+def _chunk_step(hidden: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
+    """The per-chunk step for these inputs, chosen once per call: `step(logits, targets,
+    num_rows)` returns the chunk's summed NLL and turns `logits` in place into d(mean
+    NLL)/d(logits), that is `(softmax - onehot) / num_rows`. The fused C++ kernel when built
+    (three passes over the chunk, no temporaries), else the torch ops below; tests compare them."""
+    if not supports(hidden):
+        return _nll_into_gradient_torch
+    kernels = load()
+    return lambda logits, targets, num_rows: kernels.softmax_xent_grad(
+        logits, targets, 1.0 / num_rows
+    )
 
 
 def _nll_into_gradient_torch(
     logits: torch.Tensor, targets: torch.Tensor, num_rows: int
 ) -> torch.Tensor:
-    """The torch reference of `_nll_into_gradient`, with one exp pass (logsumexp would add a
+    """The torch reference of the chunk step, with one exp pass (logsumexp would add a
     second)."""
     row_max = logits.max(dim=-1, keepdim=True).values
     picked = logits.gather(1, targets[:, None])
@@ -62,11 +68,12 @@ class _HeadCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight)
         total = hidden.new_zeros(())
+        step = _chunk_step(hidden)
         for start in range(0, num_rows, chunk_rows):
             rows = hidden[start : start + chunk_rows]
             chunk_targets = targets[start : start + chunk_rows]
             logits = rows @ weight.T
-            total += _nll_into_gradient(logits, chunk_targets, num_rows)
+            total += step(logits, chunk_targets, num_rows)
             torch.mm(logits, weight, out=grad_hidden[start : start + chunk_rows])
             grad_weight.addmm_(logits.T, rows)
         ctx.save_for_backward(grad_hidden, grad_weight)
@@ -102,7 +109,8 @@ def head_cross_entropy(
         return _HeadCrossEntropy.apply(hidden, weight, targets, chunk_rows)
     num_rows = hidden.shape[0]
     total = hidden.new_zeros(())
+    step = _chunk_step(hidden)
     for start in range(0, num_rows, chunk_rows):
         logits = hidden[start : start + chunk_rows] @ weight.T
-        total += _nll_into_gradient(logits, targets[start : start + chunk_rows], num_rows)
+        total += step(logits, targets[start : start + chunk_rows], num_rows)
     return total / num_rows
