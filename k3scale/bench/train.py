@@ -7,7 +7,9 @@ included; evaluation excluded from the timing). Throughput is the median of the 
 `perf/tokens_per_s` the trainer writes to its replica, after the first (warm-up) step. MFU is
 `flops_per_token(cfg, seq_len)` (training, attention included) times tokens/s over the matmul
 peak of the run's precision. `step_split` then times forward+backward and the optimizer step
-apart on the same model, which shows how much of the gap to the peak the optimizer accounts for.
+apart on the same model, which shows how much of the gap to the peak the optimizer accounts for,
+and `bounds` says how far MFU could go on these shapes: the GEMMs of one forward+backward timed
+alone (`gemm_bound`), and the share of a step's FLOPs that Muon's Newton-Schulz adds uncounted.
 
 Models: the K2 and K3 rungs of the demo study (`experiments/k2_vs_k3.py`, preset `demo`: rungs
 t1-t3, seq_len 64) and, for each rung, a dense GPT of the K2 rung's active size: a `K2Config`
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from k3scale.bench.gemm_bound import record_gemms, time_gemms
 from k3scale.config import DataConfig, OptimConfig, RunConfig, ScheduleConfig, TrainConfig
 from k3scale.data.sample import prepare_sample
 from k3scale.models import accounting
@@ -50,6 +53,7 @@ NUM_THREADS = 2
 DEMO_RUNGS = ("t1", "t2", "t3")
 SEQ_LEN = 64
 BATCH_SIZE = 16
+TOKENS_PER_STEP = BATCH_SIZE * SEQ_LEN
 # platform.md section 8: "a dense 5M-parameter GPT"; here d 256, 4 layers, d_ff 688 gives
 # N_active 5.5M (head included).
 REFERENCE_DENSE = (256, 4, 688)
@@ -104,7 +108,7 @@ def _run_config(model: ModelConfig, data_root: Path, out_dir: Path, steps: int, 
         optim=OptimConfig(lr=1e-2),
         schedule=ScheduleConfig(kind="constant"),
         train=TrainConfig(
-            budget_tokens=steps * BATCH_SIZE * SEQ_LEN,
+            budget_tokens=steps * TOKENS_PER_STEP,
             batch_size=BATCH_SIZE,
             micro_batch_size=BATCH_SIZE,
             precision=precision,
@@ -150,12 +154,16 @@ def step_split(model_cfg: ModelConfig, precision: str, steps: int) -> dict:
     optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
     tokens = torch.randint(0, model_cfg.vocab_size, (BATCH_SIZE, SEQ_LEN + 1))
     times: dict[str, list[float]] = {"fwd_bwd": [], "optimizer": []}
-    for step in range(steps + 1):
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
+
+    def forward_backward() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             out = model(tokens[:, :-1], targets=tokens[:, 1:], with_logits=False)
         out.loss.backward()
+
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        forward_backward()
         middle = time.perf_counter()
         optimizer.step()
         update_balancing(model)
@@ -164,7 +172,33 @@ def step_split(model_cfg: ModelConfig, precision: str, steps: int) -> dict:
             times["fwd_bwd"].append(middle - start)
             times["optimizer"].append(end - middle)
     fwd_bwd, optimizer_s = (statistics.median(times[key]) for key in ("fwd_bwd", "optimizer"))
-    return {"fwd_bwd_s": fwd_bwd, "optimizer_s": optimizer_s}
+    gemms = time_gemms(record_gemms(forward_backward))
+    return {
+        "fwd_bwd_s": fwd_bwd,
+        "optimizer_s": optimizer_s,
+        "gemm_alone_s": gemms["seconds"],
+        "gemm_calls": gemms["calls"],
+        "newton_schulz_flops_per_step": optimizer.newton_schulz_flops_per_step(),
+    }
+
+
+def bounds(entry: dict, peak: float) -> dict:
+    """What MFU could reach, and the FLOP rate counting Muon's work, for one run.
+
+    - `mfu_bound_gemms_alone`: MFU if a forward+backward took only the time of its aten GEMMs,
+      each timed alone on this machine (`gemm_bound`; the optimizer step free as well).
+    - `mfu_bound_newton_schulz`: MFU if every FLOP, the model's and Newton-Schulz's, ran at
+      the matmul peak: the model's share of the FLOPs a step must do.
+    - `hfu`: the achieved rate counting Newton-Schulz FLOPs too, over the peak.
+    """
+    model_flops = entry["flops_per_token"] * TOKENS_PER_STEP
+    newton_schulz = entry["newton_schulz_flops_per_step"]
+    steps_per_s = entry["tokens_per_s"] / TOKENS_PER_STEP
+    return {
+        "mfu_bound_gemms_alone": model_flops / entry["gemm_alone_s"] / peak,
+        "mfu_bound_newton_schulz": model_flops / (model_flops + newton_schulz),
+        "hfu": (model_flops + newton_schulz) * steps_per_s / peak,
+    }
 
 
 def run(quick: bool) -> dict:
@@ -204,11 +238,12 @@ def run(quick: bool) -> dict:
         peak = peaks[entry["precision"]]
         entry["mfu"] = mfu(entry["flops_per_token"], entry["tokens_per_s"], peak)
         # MFU of forward+backward alone, and the optimizer's share of a step (step_split).
-        split_tokens_per_s = BATCH_SIZE * SEQ_LEN / entry["fwd_bwd_s"]
+        split_tokens_per_s = TOKENS_PER_STEP / entry["fwd_bwd_s"]
         entry["mfu_fwd_bwd"] = mfu(entry["flops_per_token"], split_tokens_per_s, peak)
         entry["optimizer_share"] = entry["optimizer_s"] / (
             entry["optimizer_s"] + entry["fwd_bwd_s"]
         )
+        entry.update(bounds(entry, peak))
     return {
         "matmul_peak_flops": peaks,
         "matmul_peak_flops_1_thread": {"fp32": fp32_one_thread},
@@ -235,17 +270,22 @@ def render(result: dict) -> str:
         f"on {result['cpu_count']} CPUs (other processes lower every number)",
         "",
         f"{'model':<14} {'prec':<5} {'d':>4} {'L':>3} {'N_active':>10} {'FLOP/token':>11} "
-        f"{'tokens/s':>9} {'GFLOP/s':>8} {'MFU':>6} {'fwd+bwd MFU':>12} {'opt share':>10}",
+        f"{'tokens/s':>9} {'GFLOP/s':>8} {'MFU':>6} {'fwd+bwd MFU':>12} {'opt share':>10} "
+        f"{'HFU':>6} {'GEMM bound':>11} {'NS bound':>9}",
     ]
     for r in result["runs"]:
         lines.append(
             f"{r['name']:<14} {r['precision']:<5} {r['d_model']:>4} {r['num_layers']:>3} "
             f"{r['n_active']:>10,} {r['flops_per_token']:>11,} {r['tokens_per_s']:>9,.0f} "
             f"{r['achieved_flops_per_s'] / 1e9:>8.2f} {r['mfu']:>6.1%} "
-            f"{r['mfu_fwd_bwd']:>12.1%} {r['optimizer_share']:>10.0%}"
+            f"{r['mfu_fwd_bwd']:>12.1%} {r['optimizer_share']:>10.0%} {r['hfu']:>6.1%} "
+            f"{r['mfu_bound_gemms_alone']:>11.1%} {r['mfu_bound_newton_schulz']:>9.1%}"
         )
-    lines.append(
+    lines += [
         "fwd+bwd MFU: forward+backward alone; opt share: optimizer step (Muon's Newton-Schulz, "
-        "AdamW, balancing) over the whole step, a cost 6ND does not count"
-    )
+        "AdamW, balancing) over the whole step, a cost 6ND does not count",
+        "HFU: MFU counting Newton-Schulz FLOPs too; GEMM bound: MFU if forward+backward took "
+        "only its aten GEMMs' time, each timed alone; NS bound: MFU if every FLOP (model and "
+        "Newton-Schulz) ran at the peak",
+    ]
     return "\n".join(lines)

@@ -76,6 +76,17 @@ def muon_scale(rows: int, cols: int) -> float:
     return MUON_RMS_SCALE * math.sqrt(max(rows, cols))
 
 
+def newton_schulz_flops(shape: tuple[int, ...], steps: int = 5) -> int:
+    """Matmul FLOPs of `newton_schulz5` on a tensor of `shape` (`[..., A, B]`).
+
+    Per matrix and step, with `m = min(A, B)` and `n = max(A, B)` (the iteration runs on the
+    wide side): `X X^T` and `(b Y + c Y^2) X` take `2 m^2 n` each and `Y^2` takes `2 m^3`.
+    """
+    *batch, rows, cols = shape
+    m, n = min(rows, cols), max(rows, cols)
+    return math.prod(batch) * steps * (4 * m * m * n + 2 * m**3)
+
+
 def orthogonalized_update(
     direction: torch.Tensor, num_heads: int | None, head_scale: str, ns_steps: int
 ) -> torch.Tensor:
@@ -152,6 +163,24 @@ class Muon(torch.optim.Optimizer):
             else:
                 self._adamw_group(group)
         return loss
+
+    def newton_schulz_flops_per_step(self) -> int:
+        """Matmul FLOPs of one `step()` in which every Muon parameter has a gradient.
+
+        The 6ND-style model FLOP count has no term for them: at small steps they are a large
+        share of the work (`k3scale bench train` prints it next to MFU).
+        """
+        total = 0
+        for group in self.param_groups:
+            if group["algorithm"] != "muon":
+                continue
+            for p in group["params"]:
+                shape = tuple(p.shape)
+                if group["num_heads"] is not None:
+                    heads = group["num_heads"]
+                    shape = (heads, shape[0] // heads, shape[1])
+                total += newton_schulz_flops(shape, group["ns_steps"])
+        return total
 
     def _muon_group(self, group: dict[str, Any]) -> None:
         lr, mu = group["lr"], group["momentum"]

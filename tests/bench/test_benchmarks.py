@@ -46,6 +46,8 @@ def test_train_prints_peaks_and_mfu_per_model(capsys):
     assert all(positive(run["tokens_per_s"]) and positive(run["mfu"]) for run in result["runs"])
     for run in result["runs"]:
         assert positive(run["mfu_fwd_bwd"]) and 0 < run["optimizer_share"] < 1
+        assert run["mfu"] < run["hfu"] and 0 < run["mfu_bound_newton_schulz"] < 1
+        assert positive(run["mfu_bound_gemms_alone"])
 
 
 @pytest.mark.slow
