@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from k3scale.bench.gemm_bound import record_gemms, time_gemms
+from tests.flops import profiled_matmul_flops
 
 
 def every_gemm_form() -> None:
@@ -21,17 +21,15 @@ def every_gemm_form() -> None:
     torch.nn.functional.linear(torch.randn(2, 3, 7), torch.randn(9, 7), torch.randn(9))
 
 
-def test_records_every_form_with_the_flop_counters_total():
-    with FlopCounterMode(display=False) as counter:
-        every_gemm_form()
+def test_records_every_form_with_the_profilers_flops():
     calls = record_gemms(every_gemm_form)
     assert [c.op.overloadpacket.__name__ for c in calls] == [
         "mm", "mm", "addmm", "addmm_", "bmm", "baddbmm", "addmm"
     ]  # fmt: skip
-    # torch's counter has no rule for the in-place `addmm_`: that one is checked by hand.
+    # The profiler has no rule for the in-place `addmm_`: that one is checked by hand.
     in_place = [c.flops for c in calls if c.op.overloadpacket.__name__ == "addmm_"]
     assert in_place == [2 * 5 * 7 * 3]
-    assert sum(c.flops for c in calls) - in_place[0] == counter.get_total_flops()
+    assert sum(c.flops for c in calls) - in_place[0] == profiled_matmul_flops(every_gemm_form)
 
 
 def test_replays_keep_the_recorded_layouts():

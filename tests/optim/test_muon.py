@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from k3scale.config import OptimConfig
 from k3scale.optim.muon import (
@@ -17,6 +16,7 @@ from k3scale.optim.muon import (
     newton_schulz5,
     newton_schulz_flops,
 )
+from tests.flops import profiled_matmul_flops
 
 # Measured (numpy, 2e5-point grid): for normalised input singular values s >= 2e-3 the quintic's
 # five-step map sends s into [0.6818, 1.2024]; below ~1.07e-3 it drops under 0.5. Random
@@ -211,7 +211,7 @@ def test_expert_tensor_equals_per_expert_muon():
 
 
 def test_newton_schulz_flops_match_the_counted_matmuls(make_stack, make_tokens):
-    """The formula against torch's FLOP counter over one real step of every Muon group kind
+    """The formula against the profiler's FLOP count over one real step of every Muon group kind
     (full matrices both ways round, per-head blocks, 3-D expert tensors)."""
     model = make_stack()
     optimizer = build_optimizer(model, OptimConfig(lr=1e-3, per_head_muon=True))
@@ -223,16 +223,13 @@ def test_newton_schulz_flops_match_the_counted_matmuls(make_stack, make_tokens):
     }
     assert kinds == {"heads", "2-D", "3-D"}
     model(make_tokens(0)).backward()
-    with FlopCounterMode(display=False) as counter:
-        optimizer.step()
-    assert optimizer.newton_schulz_flops_per_step() == counter.get_total_flops() > 0
+    assert optimizer.newton_schulz_flops_per_step() == profiled_matmul_flops(optimizer.step) > 0
 
 
 def test_newton_schulz_flops_of_one_matrix():
     x = torch.randn(3, 5, 12)
-    with FlopCounterMode(display=False) as counter:
-        newton_schulz5(x, steps=2)
-    assert newton_schulz_flops((3, 5, 12), steps=2) == counter.get_total_flops()
+    counted = profiled_matmul_flops(lambda: newton_schulz5(x, steps=2))
+    assert newton_schulz_flops((3, 5, 12), steps=2) == counted
     assert newton_schulz_flops((12, 5), steps=2) == newton_schulz_flops((5, 12), steps=2)
 
 
