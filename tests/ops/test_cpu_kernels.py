@@ -265,13 +265,16 @@ def test_linear_rows_matches_matmul(kernels, width_in, width_out, accumulate):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("vocab", [300, 8192])  # 300: a partial vector at each row's end
-def test_head_chunk_kernel_matches_the_torch_ops(kernels, dtype, vocab):
+@pytest.mark.parametrize("vocab", [300, 8192])
+# 37 columns: one block of column vectors, the last partial; 150: blocks of 4 vectors over
+# threads, then a partial block.
+@pytest.mark.parametrize("columns", [37, 150])
+def test_head_chunk_kernel_matches_the_torch_ops(kernels, dtype, vocab, columns):
     # ops/head_ce: the kernel against the torch ops beside it, on the summed NLL and on the
-    # gradient both leave in the logits; targets include both ends of the vocabulary.
+    # gradient both leave in the transposed logits; targets include both ends of the vocabulary.
     gen = torch.Generator().manual_seed(vocab)
-    logits = torch.randn(37, vocab, generator=gen, dtype=dtype) * 4
-    targets = torch.randint(0, vocab, (37,), generator=gen)
+    logits = torch.randn(vocab, columns, generator=gen, dtype=dtype) * 4
+    targets = torch.randint(0, vocab, (columns,), generator=gen)
     targets[:2] = torch.tensor([0, vocab - 1])
     expected = logits.clone()
     expected_nll = _nll_into_gradient_torch(expected, targets, 100)
@@ -284,7 +287,7 @@ def test_head_chunk_kernel_matches_the_torch_ops(kernels, dtype, vocab):
 
 def test_head_chunk_kernel_rejects_a_target_out_of_range(kernels):
     with pytest.raises(RuntimeError, match="out of range"):
-        kernels.softmax_xent_grad(torch.zeros(2, 5), torch.tensor([1, 5]), 0.5)
+        kernels.softmax_xent_grad(torch.zeros(5, 2), torch.tensor([1, 5]), 0.5)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
