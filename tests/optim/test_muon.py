@@ -15,6 +15,8 @@ from k3scale.optim.muon import (
     build_optimizer,
     newton_schulz5,
     newton_schulz_flops,
+    orthogonalized_update,
+    orthogonalized_updates,
 )
 from tests.flops import profiled_matmul_flops
 
@@ -210,6 +212,29 @@ def test_expert_tensor_equals_per_expert_muon():
         assert rel_rms(stacked.detach()[e], single.detach()) < REORDER_TOL
 
 
+@pytest.mark.parametrize(
+    ("num_heads", "head_scale", "shapes"),
+    [
+        # wide, tall (both join one batch after the turn), experts, a lone shape
+        (None, "block", [(24, 40), (40, 24), (3, 24, 40), (40, 24), (7, 9)]),
+        # heads of 12 x 20 (wide) and 30 x 20 (tall) blocks; both scales
+        (2, "block", [(24, 20), (60, 20), (24, 20)]),
+        (2, "matrix", [(24, 20), (60, 20)]),
+    ],
+)
+def test_batched_updates_equal_one_parameter_at_a_time(num_heads, head_scale, shapes):
+    gen = torch.Generator().manual_seed(21)
+    directions = [torch.randn(shape, generator=gen) for shape in shapes]
+    batched = orthogonalized_updates(directions, num_heads, head_scale, ns_steps=5)
+    for direction, update in zip(directions, batched, strict=True):
+        reference = orthogonalized_update(direction, num_heads, head_scale, ns_steps=5)
+        assert update.shape == direction.shape
+        # Not REORDER_TOL: tall matrices enter the batch as transposed contiguous copies, so
+        # MKL sums in another order on another layout, and NS5 amplifies that rounding like
+        # fp32's own (1.03-1.06e-6 measured here; see NS5_FP32_TOL).
+        assert rel_rms(update, reference) < NS5_FP32_TOL
+
+
 def test_newton_schulz_flops_match_the_counted_matmuls(make_stack, make_tokens):
     """The formula against the profiler's FLOP count over one real step of every Muon group kind
     (full matrices both ways round, per-head blocks, 3-D expert tensors)."""
@@ -248,6 +273,26 @@ def test_adamw_group_matches_torch_adamw():
         theirs.grad = grad.clone()
         reference.step()
     assert rel_rms(ours.detach(), theirs.detach()) < REORDER_TOL
+
+
+def test_adamw_params_that_missed_steps_keep_their_own_bias_correction():
+    """One group, two tensors; the second gets no gradient at the first step, so their step
+    counts differ ever after. Each must match AdamW run on it alone."""
+    settings = {"lr": 0.01, "weight_decay": 0.1}
+    torch.manual_seed(18)
+    w0 = [torch.randn(5, 3), torch.randn(4)]
+    grads = [random_grads(w.shape, 4, seed=19 + i) for i, w in enumerate(w0)]
+    together = [torch.nn.Parameter(w.clone()) for w in w0]
+    optimizer = Muon([{"params": together, "algorithm": "adamw"}], **settings)
+    for step in range(4):
+        together[0].grad = grads[0][step].clone()
+        together[1].grad = grads[1][step].clone() if step > 0 else None
+        optimizer.step()
+    for i, w in enumerate(w0):
+        alone = torch.nn.Parameter(w.clone())
+        single = Muon([{"params": [alone], "algorithm": "adamw"}], **settings)
+        run_steps(alone, single, grads[i][1:] if i else grads[i])
+        assert torch.equal(alone.detach(), together[i].detach())
 
 
 def test_bad_groups_are_rejected():
