@@ -22,8 +22,15 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
     return lines or ["no headline quantity in this fit"]
 
 
-def _interval(ci: list[float] | None) -> str:
-    return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "[no interval]"
+def _interval(ci: list[float | None] | None, spec: str = "+.4f") -> str:
+    if not ci:
+        return "[no interval]"
+    return f"[{_number(ci[0], spec)}, {_number(ci[1], spec)}]"
+
+
+def _number(value: float | None, spec: str) -> str:
+    """`value` in `spec`; fits write NaN (undefined) as JSON null."""
+    return "undefined" if value is None else format(value, spec)
 
 
 def _schedule_lines(comparison: dict) -> list[str]:
@@ -85,24 +92,27 @@ def _multiplier_lines(frontiers: dict) -> list[str]:
         points = result.get("multiplier", [])
         # The smallest, middle and largest compute of the grid; the dashboard plots all of them.
         for point in [points[0], points[len(points) // 2], points[-1]] if points else []:
-            ci = point.get("ci") or [float("nan"), float("nan")]
             flag = " (extrapolated)" if point.get("extrapolated") else ""
+            if point["value"] is None:
+                # methods.md 2.6: M(C) is undefined where the new arm's loss at C lies below
+                # the baseline's fitted floor E (no baseline compute reaches it).
+                flag += f" (the baseline's fitted floor lies above {point['group']}'s loss here)"
             lines.append(
                 f"compute multiplier {point['group']} over {baseline} ({convention}) at "
-                f"C={point['compute']:.3g}: {point['value']:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]{flag}"
+                f"C={point['compute']:.3g}: {_number(point['value'], '.3g')} "
+                f"{_interval(point.get('ci'), '.3g')}{flag}"
             )
         shared = result.get("shared_exponent", {})
         if shared:
             verdict = "rejected" if shared.get("rejected") else "not rejected"
             single = shared.get("multiplier")
-            ci = shared.get("ci") or [float("nan"), float("nan")]
             value = (
-                f"single multiplier {single:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]"
+                f"single multiplier {single:.3g} {_interval(shared.get('ci'), '.3g')}"
                 if single is not None and not shared.get("rejected")
                 else "no single multiplier"
             )
             lines.append(
-                f"shared exponent ({convention}): p = {shared.get('p_value', float('nan')):.3g}, "
+                f"shared exponent ({convention}): p = {_number(shared.get('p_value'), '.3g')}, "
                 f"{verdict}; {value}"
             )
     return lines
