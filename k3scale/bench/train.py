@@ -147,7 +147,9 @@ def step_split(model_cfg: ModelConfig, precision: str, steps: int) -> dict:
     The same model and optimizer builders and the same micro-batch as the trainer, timed apart
     (median over `steps` after a warm-up step; random tokens). The 6ND-style FLOP count has no
     term for Muon's Newton-Schulz iterations, so the optimizer's share of the step comes straight
-    off MFU at the demo's 1024-token steps.
+    off MFU at the demo's 1024-token steps. Also returned, for `bounds`: the time of the same
+    forward+backward's GEMMs each run alone (`gemm_bound`), and the optimizer's Newton-Schulz
+    FLOPs per step.
     """
     torch.manual_seed(0)
     model = build_model(model_cfg)

@@ -219,11 +219,8 @@ class Muon(torch.optim.Optimizer):
             if group["algorithm"] != "muon":
                 continue
             for p in group["params"]:
-                shape = tuple(p.shape)
-                if group["num_heads"] is not None:
-                    heads = group["num_heads"]
-                    shape = (heads, shape[0] // heads, shape[1])
-                total += newton_schulz_flops(shape, group["ns_steps"])
+                blocks, _ = _wide_blocks(p.detach(), group["num_heads"])
+                total += newton_schulz_flops(tuple(blocks.shape), group["ns_steps"])
         return total
 
     def _muon_group(self, group: dict[str, Any]) -> None:
