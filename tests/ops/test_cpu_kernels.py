@@ -1,4 +1,4 @@
-"""The fused C++ CPU kernels (ops/cpu/kernels.cpp) against their torch references: routed experts
+"""The fused C++ CPU kernels (ops/*/*.cpp) against their torch references: routed experts
 (naive.py, dispatch.py), the router and aux loss (models/router.py), QB margin counts
 (ops/qb/histogram.py), the GLU activations (ops/situ/naive.py), the output head's
 cross-entropy chunk (ops/head_ce/chunked.py) and KDA's short conv (models/kda.py): outputs and
@@ -369,5 +369,5 @@ def test_a_failed_build_falls_back_with_its_reason(tmp_path):
     # build tool, so nothing of ours is patched.
     result = _run_python(FALLBACK_CHECK, CXX="false", TORCH_EXTENSIONS_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert "building kernels.cpp failed" in result.stdout
+    assert "building the fused CPU kernels failed" in result.stdout
     assert "torch path ok" in result.stdout

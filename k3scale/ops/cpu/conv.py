@@ -1,5 +1,5 @@
-"""KDA's short convolution and SiLU on the fused C++ kernel (ops/cpu/kernels.cpp), in the
-projections' `[B, T, P]` layout. The torch reference is `models/kda._causal_conv_silu_torch`;
+"""KDA's short convolution and SiLU on the fused C++ kernel (conv.cpp), in the projections'
+`[B, T, P]` layout. The torch reference is `models/kda._causal_conv_silu_torch`;
 tests/ops/test_cpu_kernels.py compares outputs and every gradient."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The MoE layer's fused C++ kernels (ops/cpu/kernels.cpp): routed experts, the router after its
-linear map, and the sequence-wise aux loss. Each has the same contract as its torch reference
+"""The MoE layer's fused C++ kernels (experts.cpp, router.cpp, layer.cpp): routed experts, the
+router after its linear map, and the sequence-wise aux loss. Each has the same contract as its torch reference
 (`dispatch.py` and `naive.py` for the experts, `models/router.py` for the rest), and the tests
 compare outputs and every gradient.
 

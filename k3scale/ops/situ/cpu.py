@@ -1,5 +1,6 @@
-"""GLU activations (SwiGLU, SiTU-GLU) through the fused C++ kernel: one elementwise pass forward,
-one for both gradients, where torch autograd takes about 4 and 10 ops. References: `naive.py`."""
+"""GLU activations (SwiGLU, SiTU-GLU) through the fused C++ kernel (glu.cpp, math in glu.h): one
+elementwise pass forward, one for both gradients, where torch autograd takes about 4 and 10 ops.
+References: `naive.py`."""
 
 from __future__ import annotations
 
