@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from k3scale.errors import K3ScaleError
+from k3scale.errors import ConfigError
 from k3scale.models.config import K2Config, K3Config, ModelConfig
 
 _NONE_WORDS = {"none", "null"}
@@ -27,10 +28,6 @@ _NONE_WORDS = {"none", "null"}
 _NOT_IDENTITY = {"identity": False}
 _TRUE_WORDS = {"true", "1", "yes", "on"}
 _FALSE_WORDS = {"false", "0", "no", "off"}
-
-
-class ConfigError(K3ScaleError, ValueError):
-    """A config value or override that does not fit the dataclass; the message names the key."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +80,7 @@ class OptimConfig:
     """QK-Clip threshold on the per-head max attention logit (K2 report: 100)."""
 
     def __post_init__(self) -> None:
-        _require(self.lr > 0, "optim.lr", "must be > 0")
+        _require(0 < self.lr < math.inf, "optim.lr", "must be finite and > 0")
         _require(0 <= self.muon_momentum < 1, "optim.muon_momentum", "must be in [0, 1)")
         _require(self.ns_steps >= 1, "optim.ns_steps", "must be >= 1")
         _require(self.qk_clip_tau > 0, "optim.qk_clip_tau", "must be > 0")
@@ -154,6 +151,9 @@ class TrackConfig:
     """Human-readable run name; identity is config_hash, never the name."""
     tags: tuple[tuple[str, str], ...] = ()
     """Extra (key, value) tags, e.g. the study's cell and trial."""
+    paths_relative_to: str | None = None
+    """Folder (a study's) that `train.out_dir` and `data.root` are logged relative to, so run
+    tables carry no machine's absolute paths; None logs them as given."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,3 +12,7 @@ class K3ScaleError(Exception):
 class TrackingUnreachableError(K3ScaleError):
     """The tracking server did not answer before a run started: nothing was trained or logged,
     so a study driver may relaunch the run once the server is back."""
+
+
+class ConfigError(K3ScaleError, ValueError):
+    """A config value or override that does not fit the dataclass; the message names the key."""

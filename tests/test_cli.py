@@ -54,6 +54,7 @@ def test_help_lists_every_command_group():
         (("train", "--preset", "nope", "--dry-run"), "nope"),
         (("study", "plan", "experiments/missing.py"), "does not exist"),
         (("model", "info", "k9-t0"), "k9-t0"),
+        (("train", "--set", "optim.lr=inf", "--dry-run"), "optim.lr: must be finite and > 0"),
         (("nonsense",), "invalid choice"),
     ],
 )
@@ -80,6 +81,27 @@ def test_main_returns_2_on_a_bad_override_and_debug_raises():
         main(["--debug", "train", "--set", "optim.lr=x", "--dry-run"])
 
 
+def test_dry_run_of_a_huge_budget_returns_at_once():
+    """A 1e23-token budget (2.4e19 steps) once hung building a per-step LR list (issue 23)."""
+    result = run_cli("train", "--set", "train.budget_tokens=1e23", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "last step" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--preset", "k3-t0"), "per-head Muon on"),
+        (("--preset", "k2-t0"), "per-head Muon off"),
+        (("--preset", "k3-t0", "--set", "optim.per_head_muon=false"), "per-head Muon off"),
+    ],
+)
+def test_k3_runs_outside_a_study_default_to_per_head_muon(args, expected):
+    result = run_cli("train", *args, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert expected in result.stdout
+
+
 def test_the_command_surface_is_frozen():
     """Adding or removing a command or flag is a deliberate change: update FROZEN with it."""
     assert surface(build_parser()) == FROZEN
@@ -104,12 +126,12 @@ FROZEN = {
     "k3scale study": "--help -h",
     "k3scale study plan": "--help --preset --study-dir -h <study>",
     "k3scale study report": "--help --preset --study-dir -h <study>",
-    "k3scale study run": "--data-root --dataset --help --preset --ray-address --storage --study-dir "
-    "--tracking-uri -h <study>",
+    "k3scale study run": "--allow-code-change --data-root --dataset --help --preset --ray-address "
+    "--storage --study-dir --tracking-uri -h <study>",
     "k3scale study status": "--help --preset --storage --study-dir -h <study>",
     "k3scale study submit": "--address --data-root --dataset --help --preset --storage --study-dir "
     "--tracking-uri -h <study>",
     "k3scale train": "--config --dry-run --experiment --help --no-resume --out --preset --set "
     "--tracking-uri -h",
-    "k3scale ui": "--artifacts-dir --backend-store-uri --help --host --port --study-dir -h",
+    "k3scale ui": "--artifacts-dir --backend-store-uri --help --host --i-know --port --study-dir -h",
 }

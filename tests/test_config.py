@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -75,7 +77,7 @@ def test_override_sets_nested_values_with_their_types():
         ("optim=1", "optim: is a section"),
         ("optim.lr.x=1", "optim.lr.x: 'lr' is a value"),
         ("optim.lr", "must look like a.b.c=value"),
-        ("optim.lr=-1", "optim.lr: must be > 0"),
+        ("optim.lr=-1", "optim.lr: must be finite and > 0"),
     ],
 )
 def test_bad_overrides_name_the_key(override, fragment):
@@ -138,3 +140,14 @@ def test_config_hash_ignores_where_a_run_logs():
     assert config_hash(moved) == config_hash(base)
     assert canonical_json(moved) != canonical_json(base)
     assert config_hash(apply_overrides(base, ["train.seed=1"])) != config_hash(base)
+
+
+def test_model_configs_import_without_the_run_config_module():
+    """k3scale.config imports k3scale.models.config, never the other way round (no cycle)."""
+    code = (
+        "import sys; import k3scale.models.config as m; "
+        "assert 'k3scale.config' not in sys.modules, 'cycle'; "
+        "m.MLAConfig(num_heads=0, kv_lora_rank=4)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "k3scale.errors.ConfigError: mla.num_heads: must be >= 1" in done.stderr, done.stderr

@@ -22,6 +22,11 @@ def register(sub) -> None:
     run.add_argument(
         "--dataset", default="english_mix", help="prepared dataset name under --data-root"
     )
+    run.add_argument(
+        "--allow-code-change",
+        action="store_true",
+        help="resume a study started at another commit (each run's git_sha tag names its own)",
+    )
     run.set_defaults(handler=_run)
 
     plan = actions.add_parser("plan", help="print cells, trials and estimated compute; run nothing")
@@ -62,9 +67,11 @@ def _common(parser) -> None:
 
 
 def _run(args) -> int:
+    import sys
+
     from k3scale.sweep.run import run_study
 
-    run_study(
+    record = run_study(
         args.study,
         args.preset,
         study_dir=args.study_dir,
@@ -73,7 +80,17 @@ def _run(args) -> int:
         storage=args.storage,
         data_root=args.data_root,
         dataset=args.dataset,
+        allow_code_change=args.allow_code_change,
     )
+    trials = record["trials"]
+    if trials["failed"]:
+        total = sum(trials.values())
+        print(
+            f"k3scale study run: {trials['failed']} of {total} trials failed "
+            f"(their errors are in the log above; `k3scale study status` lists them by cell)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -162,8 +179,8 @@ def _status(args) -> int:
         )
     print(study_status(study, preset, storage))
     record = folder / STUDY_JSON
-    if record.exists():
-        data = json.loads(record.read_text())
+    data = json.loads(record.read_text()) if record.exists() else {}
+    if "utilization" in data:
         print(
             f"last completed run: utilization {data['utilization']}, trials {data['trials']}, "
             f"wall {data['wall_s']} s, MLflow {data['tracking_uri']}"
@@ -189,7 +206,7 @@ def _report(args) -> int:
         )
     record = json.loads((folder / STUDY_JSON).read_text()) if (folder / STUDY_JSON).exists() else {}
     print(f"== {study.name} ({args.preset}): {study.description}")
-    if record:
+    if "utilization" in record:
         print(
             f"trials {record['trials']}, utilization {record['utilization']:.2f}, "
             f"sweep {record['sweep_s'] / 60:.1f} min"

@@ -88,16 +88,21 @@ def describe_run(cfg) -> str:
         f"tokens/step ({cfg.train.batch_size} seqs x {cfg.data.seq_len}); "
         f"{plan.micro_steps} micro-batches/step",
         f"C           6*N_active*D = {f6 * tokens:.4g} FLOPs; with attention cores = {fa * tokens:.4g}",
+        f"optimizer   Muon + AdamW, peak lr {cfg.optim.lr:g}, "
+        f"per-head Muon {'on' if cfg.optim.per_head_muon else 'off'}",
         schedule_summary(tokens, plan.batch_tokens, cfg.optim.lr, cfg.schedule),
     ]
     return "\n".join(lines)
 
 
 def _preset_config(name: str):
-    from k3scale.config import RunConfig
+    from k3scale.config import OptimConfig, RunConfig
     from k3scale.models.presets import get_preset
 
-    return RunConfig(model=get_preset(name))
+    model = get_preset(name)
+    # K3 trains with Per-Head Muon (K3 section 2.5), as in studies; `--set optim.per_head_muon=false`
+    # turns it off.
+    return RunConfig(model=model, optim=OptimConfig(per_head_muon=model.family == "k3"))
 
 
 def _load_function(spec: str):

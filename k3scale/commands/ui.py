@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +39,11 @@ def register(sub) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument(
+        "--i-know",
+        action="store_true",
+        help="bind a --host beyond loopback although MLflow has no authentication",
+    )
+    parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="TCP port (0 picks a free one)"
     )
     parser.set_defaults(handler=run_ui)
@@ -53,8 +60,29 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def run_ui(args) -> int:
     from k3scale.track.server import log_tail, start_local_server, study_store
+
+    if not _is_loopback(args.host):
+        if not args.i_know:
+            raise K3ScaleError(
+                f"--host {args.host} exposes the MLflow server, which has no authentication, "
+                "beyond this machine: anyone who reaches it can read and change every run; "
+                "add --i-know to do it anyway"
+            )
+        print(
+            f"k3scale ui: warning: MLflow on {args.host} has no authentication",
+            file=sys.stderr,
+        )
 
     if args.backend_store_uri:
         backend = args.backend_store_uri

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from k3scale.errors import ConfigError
+
 
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
-        # Imported lazily: k3scale.config imports this module.
-        from k3scale.config import ConfigError
-
         raise ConfigError(f"{key}: {message}")
 
 

@@ -33,8 +33,10 @@ class MultiHeadLatentAttention(nn.Module):
     """MLA mixer: `[B, T, d_model] -> [B, T, d_model]`, causal.
 
     Attributes:
-        track_max_logits: When True, each forward folds the per-head max pre-softmax logit into
-            the buffer `max_logits` `[H]` (running max since `reset_max_logits`, detached).
+        track_max_logits: When True, each training-mode forward folds the per-head max
+            pre-softmax logit into the buffer `max_logits` `[H]` (running max since
+            `reset_max_logits`, detached). Eval-mode forwards (validation) never fold: QK-Clip
+            caps the logits of the steps that trained the weights, not of held-out windows.
         max_logit_chunk_elements: Logits computed per chunk of that pass (memory bound).
         per_head_projections: Rows of these weights split into H equal per-head blocks.
     """
@@ -74,7 +76,7 @@ class MultiHeadLatentAttention(nn.Module):
         """
         batch, seq_len, _ = x.shape
         q, k, v = self.project_qkv(x, positions)
-        if self.track_max_logits:
+        if self.track_max_logits and self.training:
             self._fold_max_logits(q, k)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
         o = o.transpose(1, 2).reshape(batch, seq_len, -1)

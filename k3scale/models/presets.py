@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from k3scale.config import apply_overrides
 from k3scale.errors import K3ScaleError
 from k3scale.models.config import K2Config, K3Config, KDAConfig, MLAConfig, ModelConfig, MoEConfig
 
@@ -217,8 +218,5 @@ def get_preset(name: str, overrides: list[str] | tuple[str, ...] = ()) -> ModelC
         build = k2_config if family == "k2" else k3_config
         cfg = build(*table[size])
     if overrides:
-        # Imported here: k3scale.config imports k3scale.models.config (no cycle at import time).
-        from k3scale.config import apply_overrides
-
         cfg = apply_overrides(cfg, list(overrides))
     return cfg

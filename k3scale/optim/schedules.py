@@ -25,6 +25,7 @@ the latest one.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from k3scale.config import ScheduleConfig
 
@@ -159,6 +160,43 @@ def _check_decay(total_tokens: int, peak_lr: float, cfg: ScheduleConfig, end: in
     return start
 
 
+class StepLRs(Sequence[float]):
+    """The learning rate of every step of a run, computed when a step asks for it.
+
+    Indexable and sized like `step_lrs(...)`, without its memory: a list of 1e11 steps takes
+    minutes and gigabytes, which a dry run of a large budget must not pay (issue 23). The
+    schedule is validated on construction, so a bad one fails before anything is allocated.
+    """
+
+    def __init__(
+        self, total_steps: int, batch_tokens: int, peak_lr: float, cfg: ScheduleConfig
+    ) -> None:
+        self.total_steps = total_steps
+        self.batch_tokens = batch_tokens
+        self.peak_lr = peak_lr
+        self.cfg = cfg
+        self.last_lr = self[total_steps - 1]
+
+    def __len__(self) -> int:
+        return self.total_steps
+
+    def __getitem__(self, step):  # type: ignore[override]
+        if isinstance(step, slice):
+            return [self[s] for s in range(*step.indices(self.total_steps))]
+        if step < 0:
+            step += self.total_steps
+        if not 0 <= step < self.total_steps:
+            raise IndexError(f"step {step} is outside a {self.total_steps}-step run")
+        total_tokens = self.total_steps * self.batch_tokens
+        return lr_at(
+            step * self.batch_tokens,
+            total_tokens,
+            self.peak_lr,
+            self.cfg,
+            batch_tokens=self.batch_tokens,
+        )
+
+
 def step_lrs(
     total_steps: int, batch_tokens: int, peak_lr: float, cfg: ScheduleConfig
 ) -> list[float]:
@@ -173,11 +211,7 @@ def step_lrs(
     Returns:
         `[lr_at(s * batch_tokens, total_steps * batch_tokens, ...) for s in range(total_steps)]`.
     """
-    total_tokens = total_steps * batch_tokens
-    return [
-        lr_at(s * batch_tokens, total_tokens, peak_lr, cfg, batch_tokens=batch_tokens)
-        for s in range(total_steps)
-    ]
+    return list(StepLRs(total_steps, batch_tokens, peak_lr, cfg))
 
 
 def schedule_summary(

@@ -9,12 +9,15 @@ methods.md section 1.4). The planner expands a study and a preset into cells.
 from __future__ import annotations
 
 import importlib.util
+import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from k3scale.errors import K3ScaleError
+from k3scale.models.presets import get_preset
 
 Arch = Literal["k2", "k3"]
 Schedule = Literal["cosine", "wsd"]
@@ -30,6 +33,8 @@ class SearchSpace:
     """Global batch sizes searched, in sequences per step (categorical)."""
 
     def __post_init__(self) -> None:
+        _require_numbers("search space: lr_low, lr_high", (self.lr_low, self.lr_high), float)
+        _require_numbers("search space: batch_sizes", self.batch_sizes, int)
         if not 0 < self.lr_low < self.lr_high:
             raise K3ScaleError(
                 f"search space: need 0 < lr_low < lr_high, got {self.lr_low}, {self.lr_high}"
@@ -80,6 +85,9 @@ class StudyPreset:
     """Retries of a trial whose process died."""
 
     def __post_init__(self) -> None:
+        _require_numbers("preset: budgets", self.budgets, int)
+        _require_numbers("preset: trials_per_cell", (self.trials_per_cell,), int)
+        _require_numbers("preset: seeds", self.seeds, int)
         if self.trials_per_cell < 1:
             raise K3ScaleError("preset: trials_per_cell must be >= 1")
         if not self.budgets or min(self.budgets) < 1:
@@ -111,12 +119,49 @@ class Study:
     extra: dict[str, str] = field(default_factory=dict)
     """Free-form notes recorded in study.json."""
 
+    def __post_init__(self) -> None:
+        # The name becomes a folder, an MLflow experiment and a dashboard layout's file name.
+        if not isinstance(self.name, str) or not re.fullmatch(
+            r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.name
+        ):
+            raise K3ScaleError(f"study: name {self.name!r} must be letters, digits, _ . -")
+        _require_choices("study: archs", self.archs, get_args(Arch))
+        _require_choices("study: schedules", self.schedules, get_args(Schedule))
+        for name, preset in self.presets.items():
+            for arch in self.archs:
+                if arch not in preset.sizes:
+                    raise K3ScaleError(f"study: preset {name!r} has no sizes for arch {arch!r}")
+                for size in preset.sizes[arch]:
+                    # get_preset: an unknown size is an error naming the valid ones.
+                    if get_preset(size).family != arch:
+                        raise K3ScaleError(
+                            f"study: preset {name!r} lists {size!r} under arch {arch!r}"
+                        )
+
     def preset(self, name: str) -> StudyPreset:
         if name not in self.presets:
             raise K3ScaleError(
                 f"study {self.name} has no preset {name!r} (has: {', '.join(self.presets)})"
             )
         return self.presets[name]
+
+
+def _require_numbers(what: str, values, kind: type) -> None:
+    """Finite numbers (ints where `kind` is int); a string like "1e5" is named, not compared."""
+    for value in values:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not isinstance(value, kind | int) or not math.isfinite(value):
+            raise K3ScaleError(f"{what}: {value!r} is not a finite {kind.__name__}")
+
+
+def _require_choices(what: str, values, allowed: tuple[str, ...]) -> None:
+    if not isinstance(values, tuple) or not values:
+        raise K3ScaleError(f"{what} must be a non-empty tuple of {', '.join(allowed)}")
+    unknown = [v for v in values if v not in allowed]
+    if unknown:
+        raise K3ScaleError(f"{what}: unknown {unknown[0]!r} (known: {', '.join(allowed)})")
+    if len(set(values)) != len(values):
+        raise K3ScaleError(f"{what}: {values} lists a name twice")
 
 
 def load_study(path: str | Path) -> Study:

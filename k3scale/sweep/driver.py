@@ -295,6 +295,7 @@ class Driver:
             # A server that died mid-study is restarted (or waited for) before a trial starts.
             tracking_uri=self.tracking.ensure_up() if self.tracking else self.ctx.tracking_uri,
             tags={schema.TAG_TRIAL: f"{cell.key}#{tag}", schema.TAG_ARM: arm},
+            study_dir=str(self.ctx.study_dir),
         )
 
     def _wait_one(self) -> None:
@@ -350,6 +351,19 @@ class Driver:
         for key, attr in _attrs(result).items():
             trial.set_user_attr(key, attr)
         study.tell(trial, value, skip_if_finished=True)
+
+    def trial_totals(self) -> dict[str, int]:
+        """Finished, diverged and failed results over the whole study (this and earlier drivers),
+        from the Optuna storage: what study.json records and the exit code reports."""
+        totals = {"finished": 0, "diverged": 0, "failed": 0}
+        for study in (*self.tuning.values(), *self.extra.values()):
+            for trial in study.get_trials(deepcopy=False):
+                if trial.state == TrialState.FAIL:
+                    totals["failed"] += 1
+                elif trial.state == TrialState.COMPLETE:
+                    diverged = trial.user_attrs.get("status") == schema.STATUS_DIVERGED
+                    totals["diverged" if diverged else "finished"] += 1
+        return totals
 
     def _trial_counts(self) -> tuple[int, int]:
         """(ended, planned) tuning trials over all cells (WSD branches count in their cells)."""

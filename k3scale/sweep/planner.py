@@ -82,8 +82,10 @@ def trial_config(
     tracking_uri: str | None,
     dataset: str = "english_mix",
     tags: dict[str, str],
+    study_dir: str | None = None,
 ) -> RunConfig:
-    """The RunConfig of one trial of `cell` at (lr, batch_size, seed)."""
+    """The RunConfig of one trial of `cell` at (lr, batch_size, seed); `study_dir` is the folder
+    its logged paths are relative to."""
     model = get_preset(cell.size)
     all_tags = {
         schema.TAG_STUDY: study.name,
@@ -122,6 +124,7 @@ def trial_config(
         track=TrackConfig(
             tracking_uri=tracking_uri,
             experiment=study.name,
+            paths_relative_to=study_dir,
             run_name=f"{cell.key}|lr{lr:.3g}|b{batch_size}|s{seed}",
             tags=tuple(sorted(all_tags.items())),
         ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,10 +18,23 @@ from typing import Any
 from k3scale.errors import K3ScaleError
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.driver import Driver, SweepContext, default_slots
+from k3scale.sweep.identity import check_identity, current_identity
 from k3scale.sweep.planner import estimate_cost, plan_cells
 from k3scale.sweep.tracking import TrackingService
 
 STUDY_JSON = "study.json"
+# What study.json says about the driver that last trained (kept by one that had nothing to run).
+_TIMINGS = (
+    "tokens_trained",
+    "wall_s",
+    "setup_s",
+    "sweep_s",
+    "busy_trial_s",
+    "cores",
+    "utilization",
+)
+# How long a --ray-address may take to accept a TCP connection (seconds).
+RAY_CONNECT_TIMEOUT_S = 10.0
 TABLES = "tables"
 
 
@@ -38,26 +52,51 @@ def run_study(
     storage: str | None = None,
     data_root: str = "data_cache",
     dataset: str = "english_mix",
+    allow_code_change: bool = False,
     log=print,
 ) -> dict[str, Any]:
-    """Run (or resume) a study to completion and return what `study.json` records."""
+    """Run (or resume) a study to completion and return what `study.json` records.
+
+    Every successful return leaves the exported tables and a complete `study.json`, also when
+    an earlier driver had already run every trial (and died before exporting).
+    """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(study_path)
     preset = study.preset(preset_name)
     folder = Path(study_dir or default_study_dir(study.name, preset_name)).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise K3ScaleError(f"--study-dir {folder} is a file, not a folder")
     data_root = str(Path(data_root).resolve())
     fingerprint = _check_data(data_root, dataset)
+    tracking = TrackingService(folder, tracking_uri, log)
+    _check_reachable(ray_address or os.environ.get("RAY_ADDRESS"))
+    # Nothing is written before the inputs above are checked.
+    folder.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{folder / 'optuna.db'}"
+    identity = check_identity(storage, current_identity(fingerprint), allow_code_change, log)
+    previous = _read_json(folder / STUDY_JSON) or {}
+    record = {
+        "study": study.name,
+        "preset": preset_name,
+        "study_file": str(Path(study_path).resolve()),
+        "folder": str(folder),
+        "storage": storage,
+        "data_fingerprint": fingerprint,
+        "identity": identity,
+        "cells": [c.key for c in plan_cells(study, preset)],
+        "planned": estimate_cost(study, preset),
+    }
+    # Written before any trial: a folder always says which code and data it belongs to.
+    _write_json(folder / STUDY_JSON, {**previous, **record, "state": "running"})
     started = time.time()
     with ExitStack() as stack:
-        tracking = TrackingService(folder, tracking_uri, log)
+        # Ray first: a bad address fails before an MLflow server is started.
+        slots = _start_ray(ray_address, preset, stack)
         tracking_uri = tracking.start()
         stack.callback(tracking.stop)
         _create_experiment(tracking_uri, study.name)
-        slots = _start_ray(ray_address, preset, stack)
         ctx = SweepContext(
             study=study,
             preset=preset,
@@ -76,45 +115,38 @@ def run_study(
         sweep_started = time.time()
         counters = driver.run()
         sweep_s = time.time() - sweep_started
-        if counters.launched:
-            tracking_uri = tracking.ensure_up()
-            tracking.recover(folder / "runs")
-            _export_tables(study.name, tracking_uri, folder, log)
+        # Also after "nothing to run": a driver killed after its last trial exported nothing.
+        tracking_uri = tracking.ensure_up()
+        tracking.recover(folder / "runs")
+        tracking.close_orphans(study.name)
+        _export_tables(study.name, tracking_uri, folder, log)
     wall = time.time() - started
+    cores = slots * preset.threads_per_trial
+    record |= {"tracking_uri": tracking_uri, "trials": driver.trial_totals(), "state": "complete"}
     if counters.launched == 0:
         log(f"study {study.name} ({preset_name}) is already complete: nothing to run ({folder})")
-        return _read_json(folder / STUDY_JSON) or {}
-    cores = slots * preset.threads_per_trial
-    # The sweep engine's overhead: trial time over the sweep loop's wall time (setup excluded).
-    utilization = counters.busy_s / (sweep_s * cores) if sweep_s > 0 else 0.0
-    record = {
-        "study": study.name,
-        "preset": preset_name,
-        "study_file": str(Path(study_path).resolve()),
-        "folder": str(folder),
-        "storage": storage,
-        "tracking_uri": tracking_uri,
-        "data_fingerprint": fingerprint,
-        "cells": [c.key for c in plan_cells(study, preset)],
-        "trials": {
-            "finished": counters.finished,
-            "failed": counters.failed,
-            "diverged": counters.diverged,
-        },
-        "tokens_trained": counters.tokens,
-        "planned": estimate_cost(study, preset),
-        "wall_s": round(wall, 1),
-        "setup_s": round(setup_s, 1),
-        "sweep_s": round(sweep_s, 1),
-        "busy_trial_s": round(counters.busy_s, 1),
-        "cores": cores,
-        "utilization": round(utilization, 4),
-    }
+        # The timings describe the driver that trained; keep them when this one trained nothing.
+        record |= dict.fromkeys(_TIMINGS, 0) | {"cores": cores}
+        record |= {k: previous[k] for k in _TIMINGS if k in previous}
+    else:
+        # The sweep engine's overhead: trial time over the sweep loop's wall time (setup excluded).
+        utilization = counters.busy_s / (sweep_s * cores) if sweep_s > 0 else 0.0
+        record |= {
+            "tokens_trained": counters.tokens,
+            "wall_s": round(wall, 1),
+            "setup_s": round(setup_s, 1),
+            "sweep_s": round(sweep_s, 1),
+            "busy_trial_s": round(counters.busy_s, 1),
+            "cores": cores,
+            "utilization": round(utilization, 4),
+        }
     _write_json(folder / STUDY_JSON, record)
+    trials = record["trials"]
     log(
-        f"study {study.name} done in {wall / 60:.1f} min: trials finished {counters.finished}, "
-        f"failed {counters.failed}, diverged {counters.diverged}; utilization {utilization:.2f} "
-        f"(busy trial time / (wall x {cores} cores)); {folder / STUDY_JSON}"
+        f"study {study.name} done: trials finished {trials['finished']}, failed "
+        f"{trials['failed']}, diverged {trials['diverged']}; this driver {wall / 60:.1f} min, "
+        f"utilization {record['utilization']:.2f} (busy trial time / (sweep wall x "
+        f"{record['cores']} cores)); {folder / STUDY_JSON}"
     )
     return record
 
@@ -147,13 +179,32 @@ def _start_ray(address: str | None, preset, stack: ExitStack) -> int:
     # Inside a Ray Job (`k3scale study submit`) Ray sets RAY_ADDRESS to the job's cluster.
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise K3ScaleError(f"cannot join the Ray cluster at {address}: {first}") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         stack.callback(ray.shutdown)
         return max(1, cpus // max(1, preset.threads_per_trial))
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     stack.callback(ray.shutdown)
     return default_slots(preset)
+
+
+def _check_reachable(address: str | None) -> None:
+    """A HOST:PORT address must accept a connection within seconds; Ray itself retries for
+    minutes before giving up on an address where nothing listens."""
+    host, sep, port = (address or "").removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", "local": Ray resolves them itself
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise K3ScaleError(
+            f"no Ray cluster answers at {address} ({exc.strerror or type(exc).__name__}); "
+            "start one with `ray start --head`, or leave out --ray-address for a local Ray"
+        ) from None
 
 
 def _export_tables(experiment: str, tracking_uri: str, folder: Path, log) -> None:

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from k3scale.errors import K3ScaleError
 
@@ -26,6 +27,10 @@ class TrackingService:
     """The MLflow server of one study run."""
 
     def __init__(self, folder: Path, external_uri: str | None, log=print) -> None:
+        if external_uri and urlsplit(external_uri).scheme not in ("http", "https"):
+            raise K3ScaleError(
+                f"--tracking-uri {external_uri}: expected the http(s) URL of an MLflow server"
+            )
         self.folder = folder
         self.external_uri = external_uri
         self.log = log
@@ -101,6 +106,31 @@ class TrackingService:
         if recovered:
             self.log(f"replayed {recovered} run replicas into MLflow (runs the server missed)")
         return recovered
+
+    def close_orphans(self, experiment: str) -> int:
+        """Mark failed every run of the experiment still RUNNING once no trial is in flight.
+
+        Such a run was left by a process that died without ending it (a worker that raised, a
+        killed driver whose trial was not resumed); left open it reads as still training.
+        Returns how many were closed.
+        """
+        from mlflow.tracking import MlflowClient
+
+        from k3scale.track import schema
+
+        client = MlflowClient(self.url)
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            return 0
+        orphans = client.search_runs(
+            [found.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000
+        )
+        for run in orphans:
+            client.set_tag(run.info.run_id, schema.TAG_STATUS, schema.STATUS_FAILED)
+            client.set_terminated(run.info.run_id, status="FAILED")
+        if orphans:
+            self.log(f"closed {len(orphans)} MLflow runs left RUNNING by dead processes as failed")
+        return len(orphans)
 
     def stop(self) -> None:
         """Stop the local server this driver uses (never an external one)."""

@@ -85,6 +85,9 @@ class RunTracker:
         self._retry_after = 0.0
         self._retry_pause_s = RETRY_FIRST_PAUSE_S
         self._closed = False
+        # Last step logged per metric key: a run resumed from a checkpoint older than its last
+        # logged step replays those steps, and must not log them twice (issue 23).
+        self._logged_through: dict[str, int] = {}
         if run_id is None:
             self._start(experiment, run_name)
         else:
@@ -128,6 +131,8 @@ class RunTracker:
         if found != run_id:
             raise K3ScaleError(f"cannot resume run {run_id}: {self.replica_path} is run {found}")
         self.run_id = run_id
+        for step, key, _ in read_replica(self.replica_path).metrics:
+            self._logged_through[key] = max(step, self._logged_through.get(key, step))
         self._replica = ReplicaWriter(self.replica_path, resume=True)
         self.mlflow_run_id = None
         if self._client is not None:
@@ -161,10 +166,14 @@ class RunTracker:
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         """Buffer metric values of optimizer step `step` (sent at the next `flush()`).
 
+        A resumed run's values at steps its replica already holds are dropped (they were logged
+        before the process died).
+
         Args:
             step: optimizer step (MLflow step).
             values: metric name -> value (names from `k3scale.track.schema`).
         """
+        values = {k: v for k, v in values.items() if step > self._logged_through.get(k, -1)}
         if not values:
             return
         entry = {"type": "metrics", "step": int(step), "timestamp": _now_ms()}

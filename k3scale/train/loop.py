@@ -10,6 +10,7 @@ checkpoint equals a straight WSD run of its budget.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from k3scale.models.balancing import update_balancing
 from k3scale.models.model import mla_modules
 from k3scale.optim.muon import build_optimizer
 from k3scale.optim.qk_clip import qk_clip
-from k3scale.optim.schedules import step_lrs
+from k3scale.optim.schedules import StepLRs
 from k3scale.track import schema
 from k3scale.track.tracker import RunTracker, abandon_attempt, provenance
 from k3scale.train.checkpoint import LATEST, fork_name, load_checkpoint, save_checkpoint
@@ -83,7 +84,7 @@ class _Plan:
     total_steps: int
     micro_steps: int
     rank_sequences: int
-    lrs: tuple[float, ...]
+    lrs: StepLRs
 
 
 def plan_run(cfg: RunConfig, world_size: int = 1) -> _Plan:
@@ -106,13 +107,12 @@ def plan_run(cfg: RunConfig, world_size: int = 1) -> _Plan:
             f"train.budget_tokens={t.budget_tokens} is less than one batch ({batch_tokens} tokens)"
         )
     micro = min(t.micro_batch_size, rank_sequences)
-    lrs = step_lrs(total_steps, batch_tokens, cfg.optim.lr, cfg.schedule)
     return _Plan(
         batch_tokens=batch_tokens,
         total_steps=total_steps,
         micro_steps=rank_sequences // micro,
         rank_sequences=rank_sequences,
-        lrs=tuple(lrs),
+        lrs=StepLRs(total_steps, batch_tokens, cfg.optim.lr, cfg.schedule),
     )
 
 
@@ -385,7 +385,7 @@ def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
         **dict(cfg.track.tags),
         **(extra_tags or {}),
     }
-    params = {**flatten(cfg), **_derived_params(cfg)}
+    params = {**_logged_params(cfg), **_derived_params(cfg)}
     tracker = RunTracker(
         cfg.track.tracking_uri,
         cfg.track.experiment,
@@ -398,6 +398,18 @@ def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
     if run_id is None:
         tracker.log_artifact_json("config.json", to_dict(cfg))
     return tracker
+
+
+def _logged_params(cfg: RunConfig) -> dict[str, Any]:
+    """The flattened config; a study's run logs its paths relative to the study folder."""
+    params = flatten(cfg)
+    base = cfg.track.paths_relative_to
+    if base is None:
+        return params
+    del params["track.paths_relative_to"]
+    for key in ("train.out_dir", "data.root"):
+        params[key] = os.path.relpath(Path(params[key]).resolve(), base)
+    return params
 
 
 def _derived_params(cfg: RunConfig) -> dict[str, int]:

@@ -219,6 +219,21 @@ def test_max_logits_track_the_running_max_over_valid_pairs(name: str) -> None:
     assert torch.isinf(module.max_logits).all() and (module.max_logits < 0).all()
 
 
+def test_eval_forwards_fold_no_max_logits() -> None:
+    """Validation windows must not feed the next step's QK-Clip (issue 23)."""
+    module = make_mla(VARIANTS["k2_qlora"])
+    module.track_max_logits = True
+    x_train, x_val = random_input(9, seed=4), 5.0 * random_input(9, seed=5)
+    module(x_train)
+    after_train = module.max_logits.clone()
+    module.eval()
+    module(x_val)
+    assert torch.equal(module.max_logits, after_train)
+    module.train()
+    module(x_val)
+    assert (module.max_logits > after_train).any()
+
+
 @pytest.mark.parametrize("name", ["k2_qlora", "k2_direct_q", "k3_qlora"])
 def test_rescale_qk_heads_scales_one_heads_logits(name: str) -> None:
     module, x = make_mla(VARIANTS[name]), random_input(10)

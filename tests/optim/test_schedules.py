@@ -10,6 +10,7 @@ import pytest
 
 from k3scale.config import ConfigError, ScheduleConfig
 from k3scale.optim.schedules import (
+    StepLRs,
     decay_lr,
     last_step_tokens,
     lr_at,
@@ -108,6 +109,20 @@ def test_step_lrs_matches_lr_at():
     assert lrs == [lr(s * BATCH, WSD) for s in range(STEPS)]
     assert lrs[-1] == FLOOR
     assert last_step_tokens(TOTAL, BATCH) == 990
+
+
+def test_step_lrs_of_a_huge_run_cost_nothing_until_asked():
+    """1e18 steps: a list would never finish; StepLRs answers at once."""
+    steps = 10**18
+    lrs = StepLRs(steps, BATCH, PEAK, WSD)
+    assert len(lrs) == steps
+    assert lrs[-1] == lrs.last_lr == FLOOR
+    middle = steps // 2
+    assert lrs[middle] == lr_at(middle * BATCH, steps * BATCH, PEAK, WSD, batch_tokens=BATCH)
+    with pytest.raises(IndexError):
+        lrs[steps]
+    with pytest.raises(ValueError, match="at least 2"):
+        StepLRs(1, BATCH, PEAK, WSD)
 
 
 def test_constant_schedule():

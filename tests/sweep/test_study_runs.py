@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -173,6 +174,26 @@ def test_driver_sigkill_then_resume_loses_and_duplicates_nothing(data_root, tmp_
     run_to_end(COSINE_VS_WSD, study_dir, data_root)
     # smoke: 2 budgets x (2 cosine + 2 WSD trials) + 2 shared-arm runs = 10 results.
     assert_complete(study_dir, "cosine_vs_wsd", expected_results=10)
+
+
+def test_driver_killed_after_its_last_trial_then_rerun_finishes_the_job(data_root, tmp_path):
+    """Issue 23: the rerun says "nothing to run" and must still write tables and study.json."""
+    study_dir = tmp_path / "k2_vs_k3_last"
+    proc = start(K2_VS_K3, study_dir, data_root)
+    wait_for(lambda: optuna_counts(study_dir)["COMPLETE"] >= 4, 900, "every trial told")
+    kill_group(proc)
+    # Whatever the killed driver managed to write after its last trial, the rerun writes again.
+    shutil.rmtree(study_dir / "tables", ignore_errors=True)
+    (study_dir / "study.json").unlink(missing_ok=True)
+    out = run_to_end(K2_VS_K3, study_dir, data_root)
+    assert "already complete" in out
+    assert (study_dir / "tables" / "runs.parquet").is_file()
+    record = json.loads((study_dir / "study.json").read_text())
+    assert record["state"] == "complete"
+    assert record["trials"]["failed"] == 0 and sum(record["trials"].values()) == 4
+    assert len(record["identity"]["git_sha"]) in (40, len("unknown"))
+    assert len(finished_runs(study_dir, "k2_vs_k3")) == 4
+    assert not [r for r in mlflow_runs(study_dir, "k2_vs_k3") if r.info.status == "RUNNING"]
 
 
 def test_trial_worker_sigkill_is_retried_and_the_study_completes(data_root, tmp_path):

@@ -146,6 +146,25 @@ def test_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path):
     )
 
 
+def test_resumed_run_replaying_logged_steps_logs_no_duplicate_rows(mlflow_server, tmp_path):
+    """A retried trial resumes from a checkpoint older than its last logged step (issue 23)."""
+    experiment = _experiment()
+    first = RunTracker(mlflow_server, experiment, "r", {}, {"a": 1}, tmp_path)
+    _log_steps(first, range(5))
+    first.close()  # as if killed at step 4 with its last checkpoint at step 2
+    second = RunTracker(mlflow_server, experiment, "r", {}, {"a": 1}, tmp_path, run_id=first.run_id)
+    _log_steps(second, range(2, 8))
+    second.log_metrics(7, {"final/val_ood_loss": 3.0})  # a new key at a logged step still lands
+    second.finish("finished")
+
+    client = MlflowClient(mlflow_server)
+    assert [s for s, _ in _history(client, first.run_id, "lr")] == list(range(8))
+    assert [s for s, _ in _history(client, first.run_id, "final/val_ood_loss")] == [7]
+    assert [step for step, key, _ in read_replica(tmp_path).metrics if key == "lr"] == list(
+        range(8)
+    )
+
+
 def test_resume_refuses_another_runs_replica(tmp_path):
     RunTracker(None, "e", None, {}, {}, tmp_path).close()
     with pytest.raises(K3ScaleError, match="cannot resume run abc"):

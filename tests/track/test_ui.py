@@ -49,3 +49,25 @@ def test_ui_rejects_artifacts_dir_without_backend_uri(tmp_path):
     )
     assert done.returncode == 2
     assert "--artifacts-dir goes with --backend-store-uri" in done.stderr
+
+
+def test_ui_on_a_non_loopback_host_needs_i_know(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "k3scale.cli",
+            "ui",
+            "--study-dir",
+            str(tmp_path),
+            "--host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no authentication" in lines[0] and "--i-know" in lines[0]
+    assert not (tmp_path / "mlflow").exists(), "no server may start"

@@ -265,3 +265,17 @@ def test_unreachable_tracking_uri_at_start_is_one_clear_error(sample_root, tmp_p
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0 and "unreachable" in err and dead in err, err
+
+
+def test_a_study_run_logs_its_paths_relative_to_the_study_folder(sample_root, tmp_path):
+    """Run tables must not carry one machine's absolute paths (issue 23)."""
+    study_dir = tmp_path / "study"
+    cfg = tiny_run("k2", sample_root, study_dir / "runs" / "cell" / "t000")
+    cfg = dataclasses.replace(
+        cfg, track=dataclasses.replace(cfg.track, paths_relative_to=str(study_dir))
+    )
+    train(cfg, stop_after_steps=1)
+    params = read_replica(study_dir / "runs" / "cell" / "t000").params
+    assert params["train.out_dir"] == "runs/cell/t000"
+    assert params["data.root"] == os.path.relpath(sample_root, study_dir)
+    assert "track.paths_relative_to" not in params

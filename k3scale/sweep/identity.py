@@ -1,0 +1,64 @@
+"""A study's identity: the code commit and the data its trials train on, fixed at its start.
+
+Recorded in the Optuna storage (the sweep's state, wherever it lives) the first time a study
+starts, and in `study.json`. A resume under another commit would mix runs of two code versions in
+one fit, and one on other data would re-evaluate finished trials on it: both are refused. A code
+change can be accepted explicitly (`--allow-code-change`); every run's `k3scale.git_sha` tag then
+names the commit it trained under. Other data always needs a new study folder.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from k3scale.errors import K3ScaleError
+from k3scale.track.provenance import git_state
+
+# The Optuna study whose user attributes hold the identity (no trials are ever added to it).
+IDENTITY_STUDY = "k3scale|identity"
+GIT_SHA, GIT_DIRTY, DATA_FINGERPRINT = "git_sha", "git_dirty", "data_fingerprint"
+
+
+def current_identity(data_fingerprint: str) -> dict[str, str]:
+    """This process's code commit and dirty flag (as run tags record them) and the data's."""
+    sha, dirty = git_state()
+    return {GIT_SHA: sha, GIT_DIRTY: dirty, DATA_FINGERPRINT: data_fingerprint}
+
+
+def check_identity(
+    storage: str, identity: dict[str, str], allow_code_change: bool, log=print
+) -> dict[str, str]:
+    """Record `identity` when the study starts; on a resume, refuse another commit or data.
+
+    Returns:
+        The identity the study started with.
+
+    Raises:
+        K3ScaleError: the data differs, or the code differs without `allow_code_change`.
+    """
+    holder = optuna.create_study(storage=storage, study_name=IDENTITY_STUDY, load_if_exists=True)
+    recorded = {k: str(v) for k, v in holder.user_attrs.items()}
+    if not recorded:
+        for key, value in identity.items():
+            holder.set_user_attr(key, value)
+        return dict(identity)
+    if recorded[DATA_FINGERPRINT] != identity[DATA_FINGERPRINT]:
+        raise K3ScaleError(
+            f"this study started on data {recorded[DATA_FINGERPRINT]}, but --data-root/--dataset "
+            f"give {identity[DATA_FINGERPRINT]}: resume with the same data, or pass a new --study-dir"
+        )
+    started, now = _code(recorded), _code(identity)
+    if started != now:
+        if not allow_code_change:
+            raise K3ScaleError(
+                f"this study started at commit {started} and the code is now at {now}: resume "
+                "with that code, pass --allow-code-change to mix commits (each run's "
+                "k3scale.git_sha tag names its own), or pass a new --study-dir"
+            )
+        log(f"code changed since the study started ({started} -> {now}): continuing as asked")
+    return recorded
+
+
+def _code(identity: dict[str, str]) -> str:
+    dirty = " (dirty)" if identity[GIT_DIRTY] == "true" else ""
+    return f"{identity[GIT_SHA][:12]}{dirty}"
