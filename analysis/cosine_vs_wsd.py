@@ -1,9 +1,10 @@
 """Recipe: cosine vs WSD, each with its own tuned (peak LR, batch) and a fixed lr_min.
 
-What the report needs (methods.md 3.4): per cell, each schedule's loss at its own tuned optimum
-and at the shared (cosine-tuned) setting, the difference with an interval and the sign the data
-support; the tuned optima and their ratios; per-schedule frontiers and the WSD -> cosine compute
-multiplier under both FLOP conventions; per-schedule HP laws; a backtest of each frontier.
+What the report needs (methods.md 3.4, 4.7): per cell, each schedule's fitted optimum and the
+difference at own optima and at the shared (cosine-tuned) setting, with intervals from the
+optima's sampling distribution and a verdict; the pooled difference over cells with its sign
+count; compute-optimal frontiers per schedule (surface and envelope routes) and the cosine-over-
+WSD compute multiplier under both FLOP conventions; per-schedule HP laws; frontier backtests.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ BASELINE_FOR_MULTIPLIER = "wsd"
 def run(runs, curves, options: study.StudyOptions) -> dict:
     """Every fit and comparison of the cosine-vs-WSD report, from the run table."""
     usable, excluded = study.usable_runs(runs, options)
-    optima = study.cell_optima(usable, options)
+    estimates, noise = study.cell_estimates(usable, options)
+    optima = study.cell_optima_json(estimates, options)
     by_schedule = {}
     for schedule in sorted({o["cell"]["schedule"] for o in optima}):
         mine = [o for o in optima if o["cell"]["schedule"] == schedule]
@@ -28,7 +30,10 @@ def run(runs, curves, options: study.StudyOptions) -> dict:
     return {
         "excluded": excluded,
         "cell_optima": optima,
-        "schedule_comparison": study.schedule_comparison(usable, REFERENCE, options),
+        "schedule_comparison": study.schedule_comparison(estimates, noise, REFERENCE, options),
+        "compute_optimal": study.compute_optimal_comparison(
+            estimates, "schedule", BASELINE_FOR_MULTIPLIER, options
+        ),
         "frontiers": study.frontiers(optima, "schedule", BASELINE_FOR_MULTIPLIER, options),
         "per_schedule": by_schedule,
     }

@@ -109,7 +109,8 @@ def test_the_command_surface_is_frozen():
 
 FROZEN = {
     "k3scale": "--debug --help -h",
-    "k3scale bench": "--help --json --quick -h <name>",
+    "k3scale bench": "--draws --help --json --lr-grid --noise --preset --quick --seeds --studies "
+    "--study --workers --write-tables -h <name>",
     "k3scale dashboard": "--fit --from --help --js --layout --metric --out --png --preset "
     "--studies-root -h <study>",
     "k3scale data": "--help -h",
@@ -125,7 +126,7 @@ FROZEN = {
     "k3scale model list": "--help --json -h",
     "k3scale study": "--help -h",
     "k3scale study plan": "--help --preset --study-dir -h <study>",
-    "k3scale study report": "--help --preset --study-dir -h <study>",
+    "k3scale study report": "--help --markdown --preset --study-dir -h <study>",
     "k3scale study run": "--allow-code-change --data-root --dataset --help --preset --ray-address "
     "--storage --study-dir --tracking-uri -h <study>",
     "k3scale study status": "--help --preset --storage --study-dir -h <study>",

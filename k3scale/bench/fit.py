@@ -20,8 +20,6 @@ from k3scale.scaling.surface import fit_surface
 
 DATA = (
     Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
     / "reference-data"
     / "epoch-chinchilla"
     / "chinchilla_NDL.csv"

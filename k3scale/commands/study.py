@@ -52,6 +52,11 @@ def register(sub) -> None:
         "report", help="headline numbers of a finished study, its dashboard and MLflow UI"
     )
     _common(report)
+    report.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print only the report's numeric tables in Markdown (analysis/README.md embeds them)",
+    )
     report.set_defaults(handler=_report)
 
     status = actions.add_parser("status", help="progress of a study from its storage")
@@ -192,7 +197,7 @@ def _report(args) -> int:
     import json
     from pathlib import Path
 
-    from k3scale.scaling.headline import headline_lines
+    from k3scale.scaling.headline import headline_lines, markdown_tables
     from k3scale.sweep.declaration import load_study
     from k3scale.sweep.run import STUDY_JSON, default_study_dir
 
@@ -204,6 +209,9 @@ def _report(args) -> int:
             f"no {fit_path}: run `k3scale fit {study.analysis} --from {folder / 'tables'} "
             f"--out {fit_path}` first"
         )
+    if args.markdown:
+        print(markdown_tables(json.loads(fit_path.read_text())), end="")
+        return 0
     record = json.loads((folder / STUDY_JSON).read_text()) if (folder / STUDY_JSON).exists() else {}
     print(f"== {study.name} ({args.preset}): {study.description}")
     if "utilization" in record:

@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from k3scale.scaling import checks
+from k3scale.scaling import checks, verdict
 from k3scale.scaling.bootstrap import run_bootstrap
 from k3scale.scaling.objective import (
     HUBER_DELTA,
@@ -119,6 +119,8 @@ def fit_frontier(
     success, message = best.success, best.message
     if params["alpha"] <= 0:
         success, message = False, "fitted exponent alpha <= 0: loss does not fall with compute"
+    elif verdict.exponent_reason("alpha", params["alpha"]):
+        success, message = False, verdict.exponent_reason("alpha", params["alpha"])
     elif np.all(params["A"] * c ** -params["alpha"] < VANISHED_FRACTION * y):
         success, message = False, "A C^-alpha below 0.1% of the loss everywhere: no trend in C"
     result = FitResult(

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling import frontier
+from k3scale.scaling import frontier, verdict
 from k3scale.scaling.bootstrap import run_bootstrap
 from k3scale.scaling.multiplier import (
     REJECT_LEVEL,
@@ -188,6 +188,17 @@ def _add_intervals(out, c, y, code, names, fits, at, num_resamples, seed, worker
     for entry in out["multiplier"]:
         i = int(np.flatnonzero(at == entry["compute"])[0])
         entry["ci"] = intervals[f"M.{entry['group']}.{i}"]
+        entry["verdict"] = verdict.first_reason(
+            "extrapolated past the data" if entry["extrapolated"] else None,
+            None if np.isfinite(entry["value"]) else "M(C) undefined (a fitted floor above a loss)",
+            verdict.ratio_reason("M(C)", entry["ci"], verdict.MULTIPLIER_DECADES),
+        )
+    for name in names:
+        group = out["groups"][name]
+        group["verdict"] = verdict.first_reason(
+            None if group["success"] else group["message"] or "fit failed",
+            verdict.exponent_reason("alpha", group["alpha"], group["ci"].get("alpha")),
+        )
     shared = out["shared_exponent"]
     shared["fitted_multiplier_ci"] = {n: intervals[f"k.{n}"] for n in names[1:]}
     if shared.get("multiplier") is not None:

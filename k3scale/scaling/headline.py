@@ -1,14 +1,21 @@
-"""The headline numbers of a fit artifact, as lines of text (no fitting here, only reading).
+"""The headline numbers of a fit artifact, as text lines or Markdown tables (reading only).
 
-cosine_vs_wsd: per (size, budget) cell, cosine minus WSD final loss at each schedule's own tuned
-optimum and at the shared (LR, batch), with bootstrap intervals and the sign they support.
-k2_vs_k3: the K3-over-K2 compute multiplier M(C) at the stated compute values and, where a
-shared exponent is not rejected, the single multiplier; under both FLOP conventions.
+cosine_vs_wsd: per (size, budget) cell, cosine minus WSD final loss at each schedule's own fitted
+optimum and at cosine's optimum for both, then the pooled difference over cells with its sign
+count. k2_vs_k3 (and cosine over WSD): the compute multiplier M(C) from both compute-optimal
+routes, under both FLOP conventions, and whether the routes agree. Every quantity prints its
+verdict; one that is not identified prints why instead of a number, and no interval spanning
+more than `verdict.PRINT_DECADES` decades is printed.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from k3scale.scaling import verdict
+
+SIGN = "negative: {ref} lower"
 
 
 def headline_lines(doc: dict[str, Any]) -> list[str]:
@@ -17,102 +24,208 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if "schedule_comparison" in results:
         lines += _schedule_lines(results["schedule_comparison"])
-    if "frontiers" in results:
-        lines += _multiplier_lines(results["frontiers"])
+    if "compute_optimal" in results:
+        lines += _multiplier_lines(results["compute_optimal"])
     return lines or ["no headline quantity in this fit"]
 
 
-def _interval(ci: list[float | None] | None, spec: str = "+.4f") -> str:
-    if not ci:
+def number(value: float | None, digits: int = 3) -> str:
+    """`value` to `digits` significant digits; None (NaN in the artifact) is 'undefined'."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "undefined"
+    return f"{value:.{digits}g}"
+
+
+def loss_diff(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:+.3f}"
+
+
+def interval(ci: list | None, fmt=number) -> str:
+    if not ci or ci[0] is None or ci[1] is None:
         return "[no interval]"
-    return f"[{_number(ci[0], spec)}, {_number(ci[1], spec)}]"
+    return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
-def _number(value: float | None, spec: str) -> str:
-    """`value` in `spec`; fits write NaN (undefined) as JSON null."""
-    return "undefined" if value is None else format(value, spec)
+def ratio_text(value: float | None, ci: list | None, ruling: str) -> str:
+    """A multiplier with its interval, or 'not identified (reason)' (interval only if printable)."""
+    if verdict.is_identified(ruling):
+        return f"{number(value)} {interval(ci)}"
+    shown = ""
+    bounded = value is not None and ci and ci[0] and ci[1] and ci[0] > 0
+    if bounded and math.log10(ci[1] / ci[0]) <= verdict.PRINT_DECADES:
+        shown = f"{number(value)} {interval(ci)}, "
+    return f"{shown}{_reason(ruling)}"
+
+
+def diff_text(value: float | None, ci: list | None, ruling: str) -> str:
+    if verdict.is_identified(ruling):
+        return f"{loss_diff(value)} {interval(ci, loss_diff)}"
+    return _reason(ruling)
+
+
+def _reason(ruling: str) -> str:
+    return "not identified (" + ruling.removeprefix("not identified: ") + ")"
 
 
 def _schedule_lines(comparison: dict) -> list[str]:
-    reference = comparison.get("reference", "cosine")
-    lines = [f"{reference} minus other schedule, final loss (nats/token), 95% bootstrap intervals:"]
+    ref = comparison.get("reference", "cosine")
+    lines = [
+        f"{ref} minus other schedule, final loss (nats/token; {SIGN.format(ref=ref)}), "
+        "95% intervals from each cell optimum's sampling distribution:"
+    ]
+    for other, p in sorted(comparison.get("pooled", {}).items()):
+        if verdict.is_identified(p["verdict"]):
+            signs = ", ".join(f"{k} {v}" for k, v in p["point_signs"].items())
+            lines.append(
+                f"  pooled over {p['identified_cells']} of {p['cells']} cells ({other}): mean "
+                f"{loss_diff(p['mean_diff'])} {interval(p['ci'], loss_diff)} ({p['sign']}); "
+                f"point signs: {signs}; consistent: {'yes' if p['consistent'] else 'no'}"
+            )
+        else:
+            lines.append(f"  pooled over cells ({other}): {_reason(p['verdict'])}")
     for cell in comparison.get("cells", []):
         where = f"{cell['cell']['size']} D={cell['cell']['budget_tokens']:,}"
-        for other, entry in cell["comparison"].items():
-            ci = entry.get("ci", {})
+        for e in cell["comparison"].values():
             lines.append(
-                f"  {where}: at own tuned optima {entry['diff_own']:+.4f} "
-                f"{_interval(ci.get('diff_own'))} ({entry.get('sign_own', 'no bootstrap')}); "
-                f"at {reference}'s optimum for both {entry['diff_shared']:+.4f} "
-                f"{_interval(ci.get('diff_shared'))} ({entry.get('sign_shared', 'no bootstrap')}); "
-                f"lr_opt {other}/{reference} = {entry['lr_ratio']:.2f}"
+                f"  {where}: own optima {diff_text(e['diff_own'], e['ci_own'], e['verdict_own'])}"
+                f"; at {ref}'s optimum "
+                f"{diff_text(e['diff_shared'], e['ci_shared'], e['verdict_shared'])}"
             )
     if not comparison.get("cells"):
-        lines.append("  (no cell has finished trials of both schedules)")
-    return lines + _measured_lines(comparison, reference)
-
-
-MEASURED_READINGS = {
-    "best_trials": "best trials",
-    "seed_reruns": "seed re-runs at own optima",
-    "shared_arm": "shared arm (other run at {ref}'s best point)",
-}
-
-
-def _measured_lines(comparison: dict, reference: str) -> list[str]:
-    noise = comparison.get("run_noise") or {}
-    if not noise:
-        return []
-    sd = noise.get("sd")
-    lines = [
-        f"measured runs only, {reference} minus other; 95% intervals from the run-to-run noise "
-        + (f"(sd {sd:.4f} per run, {noise['pairs']} re-run pairs):" if sd else "(not measured):")
-    ]
-    for cell in comparison.get("cells", []):
-        where = f"{cell['cell']['size']} D={cell['cell']['budget_tokens']:,}"
-        for entry in cell["comparison"].values():
-            parts = [
-                f"{MEASURED_READINGS[kind].format(ref=reference)} {reading['value']:+.4f} "
-                f"{_interval(reading.get('ci'))}"
-                for kind, reading in entry.get("measured", {}).items()
-            ]
-            lines.append(f"  {where}: " + "; ".join(parts))
+        lines.append("  (no cell has trials of both schedules)")
+    noise = comparison.get("run_noise", {})
+    if noise:
+        lines.append("  " + noise_text(noise))
     return lines
 
 
-def _multiplier_lines(frontiers: dict) -> list[str]:
-    if "skipped" in frontiers:
-        return [f"compute multiplier: skipped ({frontiers['skipped']})"]
-    lines = []
-    for convention, result in sorted(frontiers.items()):
+def noise_text(noise: dict) -> str:
+    p = noise.get("lack_of_fit_p")
+    return (
+        f"run noise sd {number(noise.get('sd'))} ({noise.get('method', '')}; quadratic residual "
+        f"sd {number(noise.get('quadratic_residual_sd'))}, seed sd {number(noise.get('seed_sd'))}"
+        + (f", lack-of-fit p {number(p, 2)}" if p is not None else "")
+        + ")"
+    )
+
+
+def multiplier_points(compute_optimal: dict):
+    """(conv, route, new, baseline, compute, point) of the smallest, middle and largest compute
+    of every route, or (conv, route, None, None, None, reason) where a route was skipped."""
+    for conv, result in sorted(compute_optimal.items()):
         if "skipped" in result:
-            lines.append(f"compute multiplier ({convention}): skipped ({result['skipped']})")
+            yield conv, None, None, None, None, result["skipped"]
             continue
-        baseline = result.get("baseline", "baseline")
-        points = result.get("multiplier", [])
-        # The smallest, middle and largest compute of the grid; the dashboard plots all of them.
-        for point in [points[0], points[len(points) // 2], points[-1]] if points else []:
-            flag = " (extrapolated)" if point.get("extrapolated") else ""
-            if point["value"] is None:
-                # methods.md 2.6: M(C) is undefined where the new arm's loss at C lies below
-                # the baseline's fitted floor E (no baseline compute reaches it).
-                flag += f" (the baseline's fitted floor lies above {point['group']}'s loss here)"
-            lines.append(
-                f"compute multiplier {point['group']} over {baseline} ({convention}) at "
-                f"C={point['compute']:.3g}: {_number(point['value'], '.3g')} "
-                f"{_interval(point.get('ci'), '.3g')}{flag}"
-            )
-        shared = result.get("shared_exponent", {})
-        if shared:
-            verdict = "rejected" if shared.get("rejected") else "not rejected"
-            single = shared.get("multiplier")
-            value = (
-                f"single multiplier {single:.3g} {_interval(shared.get('ci'), '.3g')}"
-                if single is not None and not shared.get("rejected")
-                else "no single multiplier"
-            )
-            lines.append(
-                f"shared exponent ({convention}): p = {_number(shared.get('p_value'), '.3g')}, "
-                f"{verdict}; {value}"
-            )
+        for route, part in sorted(result["routes"].items()):
+            if "skipped" in part:
+                yield conv, route, None, None, None, part["skipped"]
+                continue
+            for new, points in sorted(part["multiplier"].items()):
+                for i in _three(points):
+                    yield conv, route, new, result["baseline"], result["compute"][i], points[i]
+
+
+def _multiplier_lines(compute_optimal: dict) -> list[str]:
+    lines = []
+    for conv, route, new, base, compute, point in multiplier_points(compute_optimal):
+        where = f"{conv}, {route}" if route else conv
+        if new is None:
+            lines.append(f"compute multiplier ({where}): not identified ({point})")
+            continue
+        lines.append(
+            f"compute multiplier {new} over {base} ({where} route) at C={compute:.3g}: "
+            f"{ratio_text(point['value'], point['ci'], point['verdict'])}"
+        )
+    for conv, result in sorted(compute_optimal.items()):
+        for new, agreement in sorted(result.get("agreement", {}).items()):
+            mid = agreement[len(agreement) // 2] if agreement else None
+            if mid:
+                lines.append(f"routes at the middle compute ({conv}, {new}): {mid['status']}")
     return lines
+
+
+def _three(points: list) -> list[int]:
+    """Smallest, middle and largest compute of the grid (the dashboard plots all)."""
+    return sorted({0, len(points) // 2, len(points) - 1}) if points else []
+
+
+def markdown_tables(doc: dict[str, Any]) -> str:
+    """The report's numeric tables in Markdown (analysis/README.md embeds them verbatim)."""
+    results = doc.get("results", {})
+    parts = [_optima_table(results.get("cell_optima", []))]
+    if "schedule_comparison" in results:
+        parts.append(_schedule_table(results["schedule_comparison"]))
+    if "compute_optimal" in results:
+        parts.append(_multiplier_table(results["compute_optimal"]))
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def _optima_table(optima: list[dict]) -> str:
+    rows = [
+        "| arch | schedule | size | D | trials | quadratic | optimum loss [95%] | best trial | "
+        "verdict |",
+        "| --- | --- | --- | ---: | ---: | --- | --- | ---: | --- |",
+    ]
+    for o in optima:
+        c, opt = o["cell"], o["optimum"]
+        loss = (
+            f"{o['loss']:.3f} {interval(o['loss_ci'], lambda v: f'{v:.3f}')}"
+            if verdict.is_identified(o["verdict"])
+            else "-"
+        )
+        rows.append(
+            f"| {c['arch']} | {c['schedule']} | {c['size']} | {c['budget_tokens']:,} | "
+            f"{opt.get('trials', '')} | {opt.get('mode', '')} | {loss} | "
+            f"{o['best_trial']['loss']:.3f} | {o['verdict']} |"
+        )
+    identified = sum(verdict.is_identified(o["verdict"]) for o in optima)
+    rows.append("")
+    rows.append(f"Cell optima identified: {identified} of {len(optima)}.")
+    return "\n".join(rows)
+
+
+def _schedule_table(comparison: dict) -> str:
+    ref = comparison["reference"]
+    rows = [
+        f"Difference {ref} minus other ({SIGN.format(ref=ref)}), nats/token:",
+        "",
+        "| size | D | at own optima [95%] | at " + ref + "'s optimum [95%] | lr_opt ratio |",
+        "| --- | ---: | --- | --- | ---: |",
+    ]
+    for cell in comparison["cells"]:
+        for e in cell["comparison"].values():
+            rows.append(
+                f"| {cell['cell']['size']} | {cell['cell']['budget_tokens']:,} | "
+                f"{diff_text(e['diff_own'], e['ci_own'], e['verdict_own'])} | "
+                f"{diff_text(e['diff_shared'], e['ci_shared'], e['verdict_shared'])} | "
+                f"{number(e['lr_ratio'])} |"
+            )
+    for other, p in sorted(comparison["pooled"].items()):
+        rows.append("")
+        if verdict.is_identified(p["verdict"]):
+            rows.append(
+                f"Pooled over {p['identified_cells']} of {p['cells']} cells ({other}): "
+                f"{loss_diff(p['mean_diff'])} {interval(p['ci'], loss_diff)}, {p['sign']}."
+            )
+        else:
+            rows.append(f"Pooled over cells ({other}): {_reason(p['verdict'])}.")
+    rows += ["", noise_text(comparison["run_noise"]).capitalize() + "."]
+    return "\n".join(rows)
+
+
+def _multiplier_table(compute_optimal: dict) -> str:
+    rows = [
+        "| FLOPs | route | C (FLOPs) | M(C) [95%] |",
+        "| --- | --- | ---: | --- |",
+    ]
+    notes = []
+    for conv, route, new, _base, compute, point in multiplier_points(compute_optimal):
+        if new is None:
+            where = f"{conv}, {route} route" if route else conv
+            notes.append(f"{where}: not identified ({point}).")
+            continue
+        rows.append(
+            f"| {conv} | {route} | {compute:.3g} | "
+            f"{ratio_text(point['value'], point['ci'], point['verdict'])} |"
+        )
+    return "\n".join([*rows, "", *notes]) if len(rows) > 2 else "\n".join(notes)

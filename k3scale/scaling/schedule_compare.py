@@ -1,74 +1,31 @@
-"""Schedule comparison in one (arch, size, budget) cell (methods.md 3.2, 3.4).
+"""Schedule comparison within a cell and pooled over cells (methods.md 3.4, 4.7).
 
-Each schedule is compared at its own tuned optimum and at one shared (lr, batch): the reference
-schedule's optimum. A schedule's loss at a point it was not tuned at is read off its quadratic
-surface through its trials (and the nearest trial is reported beside it as a data check).
-Intervals: bootstrap over trials within each schedule independently.
+Sign convention everywhere: diff = L_reference - L_other, so a negative value means the
+reference schedule (cosine) ends lower.
+
+Per (arch, size, budget) cell, from each schedule's fitted optimum (k3scale/scaling/optimum.py):
+- "own": each schedule at its own tuned optimum (per-schedule tuning, the K3 report's reading);
+- "shared": both at the reference's optimum (the other schedule's quadratic read there).
+The intervals come from the two cells' independent draws. Over cells, the pooled reading that
+the word "consistently" needs: the mean difference over identified cells with a t-interval over
+independent clusters of cells, and the sign count.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import t as t_dist
 
-from k3scale.errors import K3ScaleError
-from k3scale.scaling.bootstrap import run_bootstrap
-from k3scale.scaling.hpopt import predict_quadratic, quadratic_optimum, smoothing_mode
+from k3scale.scaling import verdict
+from k3scale.scaling.optimum import CellOptimum
 
-QUANTITIES = (
-    "loss_own_ref",
-    "loss_own_other",
-    "diff_own",
-    "loss_shared_other",
-    "diff_shared",
-    "lr_ratio",
-    "batch_ratio",
-)
+# A pooled t-interval needs at least this many independent clusters of cells.
+MIN_CLUSTERS = 3
 
 
-def _tuned(lr, batch, loss) -> dict:
-    """Smoothed optimum when the quadratic has an interior minimum, else the best trial."""
-    mode = smoothing_mode(lr, batch)
-    if mode is not None:
-        quad = quadratic_optimum(lr, batch, loss, mode == "2d")
-        inside = quad["minimum"] and lr.min() <= quad["lr_opt"] <= lr.max()
-        if inside:
-            return {**quad, "smoothed": True}
-    i = int(np.argmin(loss))
-    return {
-        "lr_opt": float(lr[i]),
-        "batch_opt": float(batch[i]),
-        "loss_opt": float(loss[i]),
-        "coef": None,
-        "smoothed": False,
-    }
-
-
-def _loss_at(tuned: dict, lr, batch, loss, at_lr: float, at_batch: float) -> float:
-    if tuned["coef"] is not None:
-        return predict_quadratic(tuned["coef"], at_lr, at_batch)
-    i = int(np.argmin(np.hypot(np.log(lr / at_lr), np.log(batch / at_batch))))
-    return float(loss[i])
-
-
-def _quantities(lr, batch, loss, code) -> np.ndarray:
-    ref = [a[code == 0] for a in (lr, batch, loss)]
-    other = [a[code == 1] for a in (lr, batch, loss)]
-    t_ref, t_other = _tuned(*ref), _tuned(*other)
-    shared = _loss_at(t_other, *other, t_ref["lr_opt"], t_ref["batch_opt"])
-    return np.array(
-        [
-            t_ref["loss_opt"],
-            t_other["loss_opt"],
-            t_ref["loss_opt"] - t_other["loss_opt"],
-            shared,
-            t_ref["loss_opt"] - shared,
-            t_other["lr_opt"] / t_ref["lr_opt"],
-            t_other["batch_opt"] / t_ref["batch_opt"],
-        ]
-    )
-
-
-def sign_of(interval: list[float], reference: str, other: str) -> str:
+def sign_of(interval: list[float] | None, reference: str, other: str) -> str:
+    if not interval:
+        return "no interval"
     lo, hi = interval
     if hi < 0:
         return f"{reference} lower"
@@ -77,63 +34,106 @@ def sign_of(interval: list[float], reference: str, other: str) -> str:
     return "not resolved (interval contains 0)"
 
 
+def _percentiles(draws: np.ndarray) -> list[float] | None:
+    ok = np.isfinite(draws)
+    if ok.sum() < 20:
+        return None
+    return np.percentile(draws[ok], [2.5, 97.5]).tolist()
+
+
+def _shared_draws(ref: CellOptimum, other: CellOptimum) -> tuple[float, np.ndarray | None, str]:
+    """The other schedule's fitted loss at the reference's optimum, minus the reference's."""
+    q_ref, q_other = ref.quad, other.quad
+    u, v = np.log(ref.lr), np.log(ref.batch)
+    lo, hi = q_other.u_range
+    if not lo - 1e-9 <= u <= hi + 1e-9:
+        return np.nan, None, f"{ref.lr:.3g} is outside the other schedule's searched LRs"
+    row = q_other.features(np.array([u]), np.array([v]))
+    one_batch_elsewhere = q_other.mode == "1d" and not np.isclose(v, q_other.v_range[0])
+    if one_batch_elsewhere or not np.all(np.isfinite(row)):
+        return np.nan, None, "the other schedule never ran the reference's batch size"
+    point = ref.loss - float((row @ q_other.coef)[0])
+    if ref.draw_index is None or other.coef_draws is None:
+        return point, None, ""
+    bu, bv = q_ref.box()
+    rows = q_other.features(bu[ref.draw_index], bv[ref.draw_index])
+    at_ref = np.einsum("sp,sp->s", rows, other.coef_draws)
+    return point, ref.draws - at_ref, ""
+
+
 def compare_cell(
-    trials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-    reference: str,
-    *,
-    num_resamples: int = 200,
-    seed: int = 0,
+    ref: CellOptimum, other: CellOptimum, reference: str, name: str
+) -> tuple[dict, np.ndarray | None]:
+    """Both readings of one cell (reference minus other) with intervals and verdicts, and the
+    draws of the own-optimum difference (None when it is not identified)."""
+    reason = None
+    for schedule, opt in ((reference, ref), (name, other)):
+        if not reason and not opt.identified:
+            reason = f"{schedule} optimum: {opt.verdict.removeprefix('not identified: ')}"
+    own_draws = None if reason else ref.draws - other.draws
+    own_ci = _percentiles(own_draws) if own_draws is not None else None
+    entry = {
+        "diff_own": ref.loss - other.loss,
+        "ci_own": own_ci,
+        "verdict_own": verdict.first_reason(reason),
+        "lr_ratio": other.lr / ref.lr,
+        "batch_ratio": other.batch / ref.batch,
+        "loss": {reference: ref.loss, name: other.loss},
+    }
+    entry["sign_own"] = sign_of(own_ci, reference, name) if own_ci else "not identified"
+    shared, shared_draws, why = (np.nan, None, "") if reason else _shared_draws(ref, other)
+    shared_ci = _percentiles(shared_draws) if shared_draws is not None else None
+    entry.update(
+        {
+            "diff_shared": None if np.isnan(shared) else shared,
+            "ci_shared": shared_ci,
+            "verdict_shared": verdict.first_reason(reason, why),
+            "sign_shared": sign_of(shared_ci, reference, name) if shared_ci else "not identified",
+        }
+    )
+    return entry, own_draws
+
+
+def pooled(
+    entries: list[tuple[dict, np.ndarray | None]], clusters: list, reference: str, other: str
 ) -> dict:
-    """Compare every schedule in `trials` with `reference` in one cell.
+    """Mean difference over identified cells, its interval, and the sign count.
 
-    Args:
-        trials: schedule -> (lr [n], batch [n], final loss [n]) of its finished trials.
-        reference: the schedule whose tuned (lr, batch) is the shared setting.
-        num_resamples, seed: bootstrap over trials within each schedule.
-
-    Returns:
-        {other: {quantity: value, "ci": {quantity: [lo, hi]}, "sign_own", "sign_shared",
-                 "nearest_trial_at_shared"}}. diff = L_reference - L_other (negative: reference
-        lower). lr_ratio = lr_opt_other / lr_opt_reference.
+    Cells are not independent: WSD cells of one size share a trunk, hence trials and noise. The
+    interval is a t-interval over clusters (one per `clusters` value, e.g. (arch, size)): the
+    mean of cluster means, with the spread of cluster means as its error (df = clusters - 1).
     """
-    if reference not in trials:
-        raise K3ScaleError(f"schedule comparison: reference {reference!r} has no trials")
-    out = {}
-    for other in sorted(set(trials) - {reference}):
-        arrays = [np.concatenate([trials[reference][j], trials[other][j]]) for j in range(3)]
-        code = np.repeat([0, 1], [len(trials[reference][2]), len(trials[other][2])])
-        for name, count in ((reference, int((code == 0).sum())), (other, int((code == 1).sum()))):
-            if count < 1:
-                raise K3ScaleError(f"schedule comparison: {name!r} has no finished trials")
-        point = dict(zip(QUANTITIES, _quantities(*arrays, code), strict=True))
-        entry = {**point, "ci": {}}
-        if num_resamples > 0:
-            draws = run_bootstrap(
-                _quantities,
-                [*arrays, code],
-                QUANTITIES,
-                num_resamples=num_resamples,
-                seed=seed,
-                strata=code,
-                unit="trials within each schedule",
-            )
-            entry["ci"] = draws.intervals()
-            entry["sign_own"] = sign_of(entry["ci"]["diff_own"], reference, other)
-            entry["sign_shared"] = sign_of(entry["ci"]["diff_shared"], reference, other)
-            entry["bootstrap"] = draws.summary()
-        t_ref = _tuned(*(a[code == 0] for a in arrays))
-        lr_o, b_o, l_o = (a[code == 1] for a in arrays)
-        i = int(
-            np.argmin(np.hypot(np.log(lr_o / t_ref["lr_opt"]), np.log(b_o / t_ref["batch_opt"])))
+    used = [(e, d, c) for (e, d), c in zip(entries, clusters, strict=True) if d is not None]
+    groups: dict = {}
+    for e, _, c in used:
+        groups.setdefault(c, []).append(e["diff_own"])
+    out = {"cells": len(entries), "identified_cells": len(used), "clusters": len(groups)}
+    if len(groups) < MIN_CLUSTERS:
+        out["verdict"] = verdict.not_identified(
+            f"identified differences in {len(groups)} independent cluster(s) of cells "
+            f"(sizes; needs >= {MIN_CLUSTERS}) over {len(used)} of {len(entries)} cells"
         )
-        entry["nearest_trial_at_shared"] = {
-            "lr": float(lr_o[i]),
-            "batch": float(b_o[i]),
-            "loss": float(l_o[i]),
+        return out
+    means = np.array([np.mean(v) for v in groups.values()])
+    mean = float(means.mean())
+    half = float(t_dist.ppf(0.975, len(means) - 1) * means.std(ddof=1) / np.sqrt(len(means)))
+    ci = [mean - half, mean + half]
+    signs = [np.sign(e["diff_own"]) for e, _, _ in used]
+    resolved = [e["sign_own"] for e, _, _ in used]
+    out.update(
+        {
+            "mean_diff": mean,
+            "ci": ci,
+            "method": "t-interval over clusters of cells (cluster = arch and size)",
+            "sign": sign_of(ci, reference, other),
+            "point_signs": {
+                f"{reference} lower": int(sum(s < 0 for s in signs)),
+                f"{other} lower": int(sum(s > 0 for s in signs)),
+            },
+            "resolved_signs": {s: resolved.count(s) for s in sorted(set(resolved))},
+            "verdict": verdict.IDENTIFIED,
         }
-        entry["smoothed"] = {
-            reference: t_ref["smoothed"],
-            other: _tuned(lr_o, b_o, l_o)["smoothed"],
-        }
-        out[other] = entry
+    )
+    same = len(set(signs)) == 1
+    out["consistent"] = bool(same and (ci[1] < 0 or ci[0] > 0))
     return out

@@ -14,13 +14,12 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling import measured
+from k3scale.scaling import compute_optimal, optimum, verdict
 from k3scale.scaling.frontier import fit_frontier, predict_frontier
 from k3scale.scaling.frontier_compare import compare_frontiers
-from k3scale.scaling.hpopt import cell_optimum
 from k3scale.scaling.isoflop import fit_isoflop
 from k3scale.scaling.powerlaw import fit_power_law
-from k3scale.scaling.schedule_compare import compare_cell, sign_of
+from k3scale.scaling.schedule_compare import compare_cell, pooled
 from k3scale.scaling.surface import coarse_start_grid, fit_surface, fit_surface_vpnls
 from k3scale.track import schema
 
@@ -37,10 +36,11 @@ class StudyOptions:
         computes: FLOP conventions to report ("c_6n" = 6 N_active D, "c_attn" incl. attention).
         n_col: parameter count used as N ("n_active" per K3 Table 1, or "n_total").
         batch_col: batch column for HP optima ("batch_tokens": tokens per step).
-        num_resamples: bootstrap resamples for every interval.
+        num_resamples: bootstrap resamples (and draws of each cell optimum) for every interval.
         seed: bootstrap seed.
         workers: processes for bootstraps and start grids.
         surface_grid: "epoch" (4,500 starts) or "coarse" (72).
+        multiplier_decades: a multiplier interval wider than this is "not identified".
     """
 
     loss: str = "final_val_ood_loss"
@@ -51,6 +51,7 @@ class StudyOptions:
     seed: int = 0
     workers: int = 1
     surface_grid: str = "epoch"
+    multiplier_decades: float = verdict.MULTIPLIER_DECADES
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -86,40 +87,148 @@ def _cell_rows(runs: pl.DataFrame) -> list[tuple[dict, pl.DataFrame]]:
     return sorted(out, key=lambda kv: tuple(str(kv[0][k]) for k in CELL_KEYS))
 
 
-def cell_optima(runs: pl.DataFrame, opts: StudyOptions) -> list[dict]:
-    """Per-cell tuned optimum of every (arch, schedule, size, budget) with seed noise.
+@dataclasses.dataclass(frozen=True)
+class CellEstimate:
+    """One cell: where it sits (N, D, compute), its optimum and the runs behind it."""
 
-    Returns:
-        [{"cell": {...}, "n", "tokens", <compute cols>, "optimum": FitResult dict,
-          "loss" (the optimum's loss), "seed_losses" (re-runs at the best point)}].
-    """
-    out = []
-    for i, (cell, group) in enumerate(_cell_rows(runs)):
+    cell: dict
+    n: float
+    tokens: float
+    compute: dict[str, float]
+    optimum: optimum.CellOptimum
+    best_trial: dict
+    trials: int
+    seed_losses: list[float]
+
+
+def _seed_group(best_loss: float, reruns: list[float]) -> list[float]:
+    """Runs at one point for the noise estimate: the re-runs, or [best, re-run] for one."""
+    return [best_loss, *reruns] if len(reruns) == 1 else reruns
+
+
+def cell_estimates(
+    runs: pl.DataFrame, opts: StudyOptions
+) -> tuple[list[CellEstimate], optimum.Noise]:
+    """Every cell's fitted optimum with draws, and the study's pooled run noise."""
+    fitted = []
+    for cell, group in _cell_rows(runs):
         tuned = group.filter(_arm(TUNED))
         if tuned.height == 0:
             continue
-        fit = cell_optimum(
-            tuned["lr"],
-            tuned[opts.batch_col].cast(pl.Float64),
-            tuned[opts.loss],
-            run_ids=tuned["run_id"],
-            num_resamples=opts.num_resamples,
-            seed=opts.seed + i,
-            target=f"{opts.loss}(lr, {opts.batch_col})",
-        )
+        lr, loss = tuned["lr"].to_numpy(), tuned[opts.loss].to_numpy()
+        batch = tuned[opts.batch_col].cast(pl.Float64).to_numpy()
+        quad, reason = optimum.fit_quadratic(lr, batch, loss)
+        i = int(np.argmin(loss))
+        best = {"lr": float(lr[i]), "batch": float(batch[i]), "loss": float(loss[i])}
+        best["run_id"] = tuned["run_id"][i]
         seeds = group.filter(_arm(SEED))[opts.loss].to_list()
+        fitted.append((cell, group, quad, reason, best, tuned.height, seeds))
+    noise = optimum.pooled_noise(
+        [f[2] for f in fitted if f[2] is not None],
+        [_seed_group(f[4]["loss"], f[6]) for f in fitted if f[6]],
+    )
+    out = []
+    for i, (cell, group, quad, reason, best, count, seeds) in enumerate(fitted):
+        rng = np.random.default_rng([opts.seed, i])
+        point = (best["lr"], best["batch"], best["loss"])
+        est = optimum.estimate_optimum(quad, reason, point, noise, opts.num_resamples, rng)
+        out.append(
+            CellEstimate(
+                cell=cell,
+                n=float(group[opts.n_col].median()),
+                tokens=float(group["tokens"].median()),
+                compute={c: float(group[c].median()) for c in opts.computes},
+                optimum=est,
+                best_trial=best,
+                trials=count,
+                seed_losses=seeds,
+            )
+        )
+    return out, noise
+
+
+def cell_optima_json(estimates: list[CellEstimate], opts: StudyOptions) -> list[dict]:
+    """Per cell: where it sits, its optimum with interval and verdict, the best trial."""
+    out = []
+    for e in estimates:
+        opt = e.optimum
+        ci = opt.interval()
         out.append(
             {
-                "cell": cell,
-                "n": float(group[opts.n_col].median()),
-                "tokens": float(group["tokens"].median()),
-                **{c: float(group[c].median()) for c in opts.computes},
-                "optimum": fit.to_dict(),
-                "loss": fit.params["loss_opt"],
-                "seed_losses": seeds,
-                "seed_sd": float(np.std(seeds, ddof=1)) if len(seeds) > 1 else None,
+                "cell": e.cell,
+                "n": e.n,
+                "tokens": e.tokens,
+                **e.compute,
+                "optimum": {
+                    "params": {"lr_opt": opt.lr, "batch_opt": opt.batch, "loss_opt": opt.loss},
+                    "intervals": {"loss_opt": ci} if ci else {},
+                    "success": opt.identified,
+                    "message": "" if opt.identified else opt.verdict,
+                    "mode": opt.quad.mode if opt.quad else "best trial",
+                    "trials": e.trials,
+                },
+                "loss": opt.loss,
+                "loss_ci": ci,
+                "verdict": opt.verdict,
+                "best_trial": e.best_trial,
+                "seed_losses": e.seed_losses,
+                "seed_sd": float(np.std(e.seed_losses, ddof=1)) if len(e.seed_losses) > 1 else None,
             }
         )
+    return out
+
+
+def _pareto(points: list[dict], compute: str) -> list[dict]:
+    """Cell optima on the lower envelope in (compute, loss): no cheaper cell reaches lower."""
+    out, best = [], np.inf
+    for p in sorted(points, key=lambda p: (p[compute], p["loss"])):
+        if p["loss"] < best:
+            out.append(p)
+            best = p["loss"]
+    return out
+
+
+def frontiers(optima: list[dict], group_key: str, baseline: str, opts: StudyOptions) -> dict:
+    """L(C) = E + A C^-alpha per group through its compute-optimal (Pareto) identified optima.
+
+    Never through every cell optimum (methods.md 2.1); the multiplier the headline reads comes
+    from `compute_optimal`, this parametric fit is the curve the dashboards draw.
+    """
+    groups = sorted({o["cell"][group_key] for o in optima})
+    if len(groups) < 2:
+        return {"skipped": f"needs two {group_key} values, got {groups}"}
+    out = {}
+    for conv in opts.computes:
+        chosen: list[tuple[str, dict]] = []
+        for g in groups:
+            mine = [
+                o
+                for o in optima
+                if o["cell"][group_key] == g and verdict.is_identified(o["verdict"])
+            ]
+            chosen += [(g, p) for p in _pareto(mine, conv)]
+        short = [g for g in groups if sum(name == g for name, _ in chosen) < 3]
+        if short:
+            out[conv] = {
+                "skipped": f"{', '.join(short)}: fewer than 3 compute-optimal (Pareto) "
+                "identified cell optima"
+            }
+            continue
+        try:
+            out[conv] = compare_frontiers(
+                [p[conv] for _, p in chosen],
+                [p["loss"] for _, p in chosen],
+                [g for g, _ in chosen],
+                baseline,
+                at=_multiplier_grid([p[conv] for _, p in chosen]),
+                num_resamples=opts.num_resamples,
+                seed=opts.seed,
+                workers=opts.workers,
+                units={"C": f"FLOPs ({conv})", "L": f"{opts.loss} (nats/token)"},
+            )
+            out[conv]["points"] = "compute-optimal (Pareto) identified cell optima"
+        except K3ScaleError as exc:
+            out[conv] = {"skipped": f"{exc} (Pareto points of identified cell optima only)"}
     return out
 
 
@@ -132,72 +241,71 @@ def _multiplier_grid(compute: list[float]) -> list[float]:
     return np.exp(np.linspace(lo, hi, MULTIPLIER_POINTS)).tolist()
 
 
-def frontiers(optima: list[dict], group_key: str, baseline: str, opts: StudyOptions) -> dict:
-    """compare_frontiers over cell optima grouped by `group_key`, once per FLOP convention."""
-    groups = [o["cell"][group_key] for o in optima]
-    if len(set(groups)) < 2:
-        return {"skipped": f"needs two {group_key} values, got {sorted(set(groups))}"}
+def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict:
+    """Identified cell optima per group as compute_optimal.ArmOptima (one FLOP convention)."""
+    arms = {}
+    for g in sorted({e.cell[group_key] for e in estimates}):
+        mine = [e for e in estimates if e.cell[group_key] == g and e.optimum.identified]
+        if not mine or any(e.optimum.draws is None for e in mine):
+            continue
+        arms[g] = compute_optimal.ArmOptima(
+            name=g,
+            n=np.array([e.n for e in mine]),
+            d=np.array([e.tokens for e in mine]),
+            compute=np.array([e.compute[conv] for e in mine]),
+            loss=np.array([e.optimum.loss for e in mine]),
+            draws=np.column_stack([e.optimum.draws for e in mine]),
+        )
+    return arms
+
+
+def compute_optimal_comparison(
+    estimates: list[CellEstimate], group_key: str, baseline: str, opts: StudyOptions
+) -> dict:
+    """Both frontier routes per group and M(C) over `baseline`, once per FLOP convention."""
     out = {}
     for conv in opts.computes:
-        try:
-            out[conv] = compare_frontiers(
-                [o[conv] for o in optima],
-                [o["loss"] for o in optima],
-                groups,
-                baseline,
-                at=_multiplier_grid([o[conv] for o in optima]),
-                num_resamples=opts.num_resamples,
-                seed=opts.seed,
-                workers=opts.workers,
-                units={"C": f"FLOPs ({conv})", "L": f"{opts.loss} (nats/token)"},
-            )
-        except K3ScaleError as exc:
-            out[conv] = {"skipped": str(exc)}
+        arms = arm_optima(estimates, group_key, conv)
+        if baseline not in arms or len(arms) < 2:
+            out[conv] = {
+                "skipped": f"needs identified cell optima of {baseline} and another {group_key} "
+                f"(have {sorted(arms)})"
+            }
+            continue
+        out[conv] = compute_optimal.compare_arms(arms, baseline, opts.multiplier_decades)
     return out
 
 
-def schedule_comparison(runs: pl.DataFrame, reference: str, opts: StudyOptions) -> dict:
-    """Per (arch, size, budget): each schedule vs `reference`, with a sign summary over cells."""
-    cells = []
-    keys = ["arch", "size", "budget_tokens"]
-    tuned = runs.filter(_arm(TUNED))
-    for i, (key, group) in enumerate(sorted(tuned.group_by(keys), key=lambda kv: str(kv[0]))):
-        trials = {
-            s: tuple(
-                g.sort("run_id")[c].cast(pl.Float64).to_numpy()
-                for c in ("lr", opts.batch_col, opts.loss)
-            )
-            for (s,), g in group.group_by(["schedule"])
-        }
-        if reference not in trials or len(trials) < 2:
+def schedule_comparison(
+    estimates: list[CellEstimate], noise: optimum.Noise, reference: str, opts: StudyOptions
+) -> dict:
+    """Per (arch, size, budget): every schedule vs `reference`; pooled over cells."""
+    by_cell: dict[tuple, dict[str, CellEstimate]] = {}
+    for e in estimates:
+        key = (e.cell["arch"], e.cell["size"], e.cell["budget_tokens"])
+        by_cell.setdefault(key, {})[e.cell["schedule"]] = e
+    cells, per_other = [], {}
+    for key, schedules in sorted(by_cell.items(), key=lambda kv: str(kv[0])):
+        if reference not in schedules or len(schedules) < 2:
             continue
-        result = compare_cell(
-            trials, reference, num_resamples=opts.num_resamples, seed=opts.seed + i
-        )
-        shared = runs.filter(_arm(SHARED) & _cell_filter(dict(zip(keys, key, strict=True))))
-        for other, entry in result.items():
-            rows = shared.filter(pl.col("schedule") == other)
-            entry["shared_arm_losses"] = rows[opts.loss].to_list()
-        cells.append({"cell": dict(zip(keys, key, strict=True)), "comparison": result})
-    noise = measured.run_noise_sd(_best_and_reruns(runs, opts))
-    for cell in cells:
-        _add_measured(cell, runs, reference, noise["sd"], opts)
-    signs: dict[str, dict[str, int]] = {}
-    for cell in cells:
-        for other, entry in cell["comparison"].items():
-            kinds = {kind: entry.get(kind, "no bootstrap") for kind in ("sign_own", "sign_shared")}
-            kinds |= {
-                f"measured.{k}": v["sign"] for k, v in entry["measured"].items() if "sign" in v
-            }
-            for kind, sign in kinds.items():
-                tally = signs.setdefault(f"{other}.{kind}", {})
-                tally[sign] = tally.get(sign, 0) + 1
+        entry = {"cell": dict(zip(("arch", "size", "budget_tokens"), key, strict=True))}
+        entry["comparison"] = {}
+        for other in sorted(set(schedules) - {reference}):
+            result, draws = compare_cell(
+                schedules[reference].optimum, schedules[other].optimum, reference, other
+            )
+            entry["comparison"][other] = result
+            per_other.setdefault(other, []).append((result, draws, key[:2]))
+        cells.append(entry)
     return {
         "reference": reference,
-        "cells": cells,
-        "sign_counts": signs,
-        "run_noise": noise,
         "diff": "L_reference - L_other (negative: reference lower)",
+        "cells": cells,
+        "pooled": {
+            o: pooled([e[:2] for e in entries], [e[2] for e in entries], reference, o)
+            for o, entries in per_other.items()
+        },
+        "run_noise": noise.to_dict(),
     }
 
 
@@ -208,49 +316,20 @@ def _arm(arm: str) -> pl.Expr:
     return pl.col("arm") == arm
 
 
-def _cell_filter(cell: dict) -> pl.Expr:
-    return pl.all_horizontal(*(pl.col(k) == v for k, v in cell.items()))
-
-
-def _best_and_reruns(runs: pl.DataFrame, opts: StudyOptions) -> list[tuple[float, list[float]]]:
-    """(best tuning trial loss, its seed re-runs' losses) of every cell that has re-runs."""
-    pairs = []
-    for _, group in _cell_rows(runs):
-        tuned = group.filter(_arm(TUNED))
-        reruns = group.filter(_arm(SEED))[opts.loss].to_list()
-        if tuned.height and reruns:
-            pairs.append((float(tuned[opts.loss].min()), reruns))
-    return pairs
-
-
-def _add_measured(
-    cell: dict, runs: pl.DataFrame, reference: str, noise_sd: float | None, opts: StudyOptions
-) -> None:
-    """Measured-only readings (k3scale/scaling/measured.py) beside each fitted comparison."""
-    rows = runs.filter(_cell_filter(cell["cell"]))
-
-    def losses(schedule: str, arm: str) -> list[float]:
-        return rows.filter((pl.col("schedule") == schedule) & _arm(arm))[opts.loss].to_list()
-
-    for other, entry in cell["comparison"].items():
-        readings = measured.cell_readings(
-            (min(losses(reference, TUNED)), min(losses(other, TUNED))),
-            (losses(reference, SEED), losses(other, SEED)),
-            losses(other, SHARED),
-            noise_sd,
-        )
-        for reading in readings.values():
-            if "ci" in reading:
-                reading["sign"] = sign_of(reading["ci"], reference, other)
-        entry["measured"] = readings
+def identified(optima: list[dict]) -> list[dict]:
+    """Cell optima whose verdict is identified (the only ones any curve is fitted through)."""
+    return [o for o in optima if verdict.is_identified(o["verdict"])]
 
 
 def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:
-    """Chinchilla surface over the cell optima (of one arch/schedule when `group` is given)."""
+    """Chinchilla surface (Epoch's protocol) over the identified cell optima of one group."""
+    optima = identified(optima)
     n = np.array([o["n"] for o in optima])
     d = np.array([o["tokens"] for o in optima])
     if len(np.unique(n)) < 3 or len(np.unique(d)) < 2 or len(optima) < 6:
-        return {"skipped": f"surface needs >= 3 sizes, >= 2 budgets, >= 6 cells ({group})"}
+        return {
+            "skipped": f"surface needs >= 3 sizes, >= 2 budgets, >= 6 identified cells ({group})"
+        }
     starts = coarse_start_grid() if opts.surface_grid == "coarse" else None
     fit = fit_surface(
         n,
@@ -264,7 +343,16 @@ def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:
         units={"N": f"parameters ({opts.n_col})", "D": "tokens", "L": "nats/token"},
     )
     cross = fit_surface_vpnls(n, d, [o["loss"] for o in optima], target=fit.target, units=fit.units)
-    return {**fit.to_dict(), "vpnls_cross_check": cross.to_dict()}
+    reasons = [
+        None if fit.success else fit.message,
+        *(
+            verdict.exponent_reason(p, fit.params.get(p, float("nan")), fit.intervals.get(p))
+            for p in ("alpha", "beta")
+        ),
+    ]
+    ruling = verdict.first_reason(*reasons)
+    fit = fit.replace(success=verdict.is_identified(ruling), message=fit.message or ruling)
+    return {**fit.to_dict(), "verdict": ruling, "vpnls_cross_check": cross.to_dict()}
 
 
 def hp_laws(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
@@ -304,6 +392,7 @@ def hp_laws(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
 
 def isoflop(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
     """Approach 2 where budgets (bucketed to 2 significant digits of C) hold >= 3 sizes."""
+    optima = identified(optima)
     c = np.array([float(f"{o[compute]:.2g}") for o in optima])
     try:
         fit = fit_isoflop(
@@ -320,12 +409,13 @@ def isoflop(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
 
 
 def backtest(optima: list[dict], compute: str) -> dict:
-    """Fit the frontier without the largest compute, predict it; relative error of the loss."""
+    """Fit the frontier through the Pareto optima without the largest compute, predict it."""
+    optima = _pareto(identified(optima), compute)
     c = np.array([o[compute] for o in optima])
     y = np.array([o["loss"] for o in optima])
-    held = c == c.max()
+    held = c == c.max() if len(c) else c.astype(bool)
     if len(np.unique(c[~held])) < 3:
-        return {"skipped": "needs >= 3 smaller compute values"}
+        return {"skipped": "needs >= 3 smaller compute values among the Pareto optima"}
     fit = fit_frontier(c[~held], y[~held])
     pred = predict_frontier(fit.params, c[held])
     return {

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 from scipy.optimize import minimize, nnls
 
-from k3scale.scaling import checks
+from k3scale.scaling import checks, verdict
 from k3scale.scaling.bootstrap import run_bootstrap
 from k3scale.scaling.objective import (
     HUBER_DELTA,
@@ -175,8 +175,11 @@ def fit_surface(
         return failed(target, units, best.message, len(y))
     params = params_from_theta(best.theta)
     success, message = best.success, best.message
+    out_of_bounds = [verdict.exponent_reason(p, params[p]) for p in ("alpha", "beta")]
     if params["alpha"] <= 0 or params["beta"] <= 0:
         success, message = False, "fitted exponent alpha or beta <= 0: loss does not fall with N/D"
+    elif any(out_of_bounds):
+        success, message = False, "; ".join(r for r in out_of_bounds if r)
     vanished = _vanished_terms(params, n, d, y)
     if vanished:
         success = False

@@ -1,19 +1,18 @@
-"""Paths to the shared reference data (skipped with a reason when the folder is absent)."""
+"""Paths to the published reference data the project keeps in `reference-data/`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import polars as pl
-import pytest
 
-REFERENCE = Path(__file__).parents[2] / ".." / "shared" / "reference-data"
+REFERENCE = Path(__file__).parents[2] / "reference-data"
 
 
 def reference_file(*parts: str) -> Path:
+    """A committed reference file; missing is a failure, never a skip (the clone must hold it)."""
     path = REFERENCE.joinpath(*parts)
-    if not path.is_file():
-        pytest.skip(f"reference data {path} not present (needs ../shared/reference-data)")
+    assert path.is_file(), f"reference data {path} missing from the repository"
     return path
 
 

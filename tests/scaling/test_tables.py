@@ -18,8 +18,8 @@ OPTIONS = study.StudyOptions(num_resamples=30, computes=("c_6n",))
 
 def _frontier_from(runs: pl.DataFrame) -> dict:
     usable, _ = study.usable_runs(runs, OPTIONS)
-    optima = study.cell_optima(usable, OPTIONS)
-    return study.frontiers(optima, "arch", "k2", OPTIONS)
+    estimates, _noise = study.cell_estimates(usable, OPTIONS)
+    return study.compute_optimal_comparison(estimates, "arch", "k2", OPTIONS)
 
 
 def test_replicas_to_tables_have_the_contract_columns(tmp_path):
