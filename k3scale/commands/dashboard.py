@@ -14,7 +14,6 @@ folder that has tables is used. The layout is the project's `dashboards/<study>.
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
@@ -22,10 +21,6 @@ from k3scale.errors import K3ScaleError
 STUDIES_ROOT = Path("studies")
 TABLES_SUBDIR = "tables"
 FIT_FILE = "fit.json"
-# Layouts are code: they come from the project's dashboards/ or a file the user names, never from
-# a name read out of a run table or from a dashboards/ folder in the current directory.
-PROJECT_LAYOUTS = Path(__file__).resolve().parents[2] / "dashboards"
-_LAYOUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
 
 def register(sub) -> None:
@@ -108,7 +103,7 @@ def _dashboard(args) -> int:
 def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str, js: str):
     """(html, panels, skipped notes) of the dashboard of one table folder."""
     from k3scale.scaling.tables import load_tables
-    from k3scale.viz.dashboard import DashboardInputs, build_panels
+    from k3scale.viz.dashboard import DashboardInputs, build_panels, load_layout
     from k3scale.viz.page import render_page
 
     runs, curves = load_tables(tables)
@@ -116,36 +111,16 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
         raise K3ScaleError(f"the run table in {tables} is empty")
     fits, fit_note = _load_fits(fit_path, runs)
     study = _study_name(runs)
-    chosen = choose_layout(layout, study)
+    chosen = load_layout(layout, study)
     inputs = DashboardInputs(runs=runs, curves=curves, fits=fits, metric=metric)
     page = build_panels(chosen, inputs)
     provenance = _provenance(runs, tables, study, fit_note)
     title = f"{chosen.title} — {study}"
     notes = [*page.skipped, *fits.notes]
-    html = render_page(title, provenance, page.panels, notes, inline_js=js == "inline")
+    html = render_page(
+        title, provenance, page.panels, notes, inline_js=js == "inline", headline=fits.headline
+    )
     return html, page.panels, notes
-
-
-def choose_layout(layout: str | None, study: str):
-    """The layout file the user named, else the project's layout of that name or of the study.
-
-    A study without a project layout (or whose name is not a plain file name) gets the generic one.
-    """
-    from k3scale.viz.dashboard import GENERIC, load_layout
-
-    if layout and layout.endswith(".py"):
-        return load_layout(layout, study)
-    name = layout or study
-    path = PROJECT_LAYOUTS / f"{name}.py"
-    if _LAYOUT_NAME.fullmatch(name) and path.is_file():
-        return load_layout(str(path), study)
-    if layout:
-        known = ", ".join(sorted(p.stem for p in PROJECT_LAYOUTS.glob("*.py")))
-        raise K3ScaleError(
-            f"dashboard: no layout {layout!r} in {PROJECT_LAYOUTS} (known: {known}); "
-            "or pass a .py file"
-        )
-    return GENERIC
 
 
 def _study_name(runs) -> str:

@@ -1,7 +1,8 @@
 """`k3scale fit`: scaling-law fits.
 
-- `k3scale fit ANALYSIS --from DIR|mlflow --out fit.json`: run recipe `analysis/ANALYSIS.py` on the
-  run tables and write a deterministic fit artifact with provenance.
+- `k3scale fit ANALYSIS --from DIR|mlflow --out fit.json`: run recipe `analysis/ANALYSIS.py` (the
+  project's folder only; or a .py path) on the run tables and write a deterministic fit artifact
+  with provenance. An empty table, or one of another study, is refused and leaves --out as it was.
 - `k3scale fit surface CSV --n-col N --d-col D --loss-col L [--exclude-col C] --json`:
   Chinchilla surface of any table (Epoch's protocol).
 - `k3scale fit frontier CSV --compute-col C --loss-col L --group-col G --baseline NAME --json`:
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from k3scale.errors import K3ScaleError
 
 GENERIC = ("surface", "frontier")
+# Study declarations: what each study (and its recipe of the same name) compares.
+PROJECT_STUDIES = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def register(sub) -> None:
@@ -125,6 +130,12 @@ def _fit_table(args, workers: int) -> int:
             seed=args.seed,
             workers=workers,
         )
+    if out["duplicates"]:
+        print(
+            f"k3scale fit: warning: {out['duplicates']} duplicated row(s) of {args.csv} "
+            "collapsed before fitting (a repeated point is one measurement)",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(round_floats(out), sort_keys=True))
     else:
@@ -133,27 +144,19 @@ def _fit_table(args, workers: int) -> int:
 
 
 def _fit_recipe(args, workers: int) -> int:
-    from pathlib import Path
-
     from k3scale.scaling import artifact, study
-    from k3scale.scaling.tables import build_tables, load_tables
 
     if not args.source or not args.out:
         raise K3ScaleError("fit: a recipe needs --from DIR|mlflow and --out fit.json")
+    if Path(args.out).is_dir():
+        raise K3ScaleError(f"fit: --out {args.out} is a folder; give a file such as fit.json")
     recipe = artifact.load_recipe(args.analysis)
-    if args.source == "mlflow":
-        from k3scale.scaling.sources import collect_runs
-
-        if not args.experiment:
-            raise K3ScaleError("fit: --from mlflow needs --experiment NAME")
-        uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-        found, source = collect_runs(
-            args.experiment, uri, Path(args.replicas) if args.replicas else None
-        )
-        runs, curves = build_tables(found)
-    else:
-        runs, curves = load_tables(Path(args.source))
-        source = f"tables {args.source}"
+    read, curves, source = _read_tables(args)
+    if read.is_empty():
+        raise K3ScaleError(f"fit: the run table ({source}) has no rows; nothing to fit")
+    if not args.analysis.endswith(".py"):
+        check_recipe_matches(args.analysis, read)
+    runs, curves, duplicates = collapse_duplicates(read, curves)
     options = study.StudyOptions(
         loss=args.loss,
         num_resamples=args.bootstrap,
@@ -165,9 +168,92 @@ def _fit_recipe(args, workers: int) -> int:
     opts = {k: v for k, v in options.to_dict().items() if k != "workers"}
     payload = {
         "analysis": args.analysis,
-        "provenance": artifact.provenance(runs, opts, source.split(" ")[0]),
+        "provenance": artifact.provenance(read, opts, source.split(" ")[0], duplicates),
         "results": results,
     }
     path = artifact.write_artifact(Path(args.out), payload)
     print(f"wrote {path} ({runs.height} runs, table {payload['provenance']['table_hash'][:12]})")
     return 0
+
+
+def _read_tables(args):
+    """(runs, curves, source description) from a table folder or MLflow."""
+    from k3scale.scaling.tables import build_tables, load_tables
+
+    if args.source != "mlflow":
+        runs, curves = load_tables(Path(args.source))
+        return runs, curves, f"tables {args.source}"
+    from k3scale.scaling.sources import collect_runs
+
+    if not args.experiment:
+        raise K3ScaleError("fit: --from mlflow needs --experiment NAME")
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    found, source = collect_runs(
+        args.experiment, uri, Path(args.replicas) if args.replicas else None
+    )
+    runs, curves = build_tables(found)
+    return runs, curves, source
+
+
+def _holdings(runs) -> str:
+    """'studies k2_vs_k3; archs k2, k3; schedules cosine (108 runs)'."""
+    parts = []
+    for column, label in (("study", "studies"), ("arch", "archs"), ("schedule", "schedules")):
+        values = sorted({str(v) for v in runs[column].drop_nulls().to_list()})
+        parts.append(f"{label} {', '.join(values) or 'none'}")
+    return f"{'; '.join(parts)} ({runs.height} runs)"
+
+
+def check_recipe_matches(name: str, runs) -> None:
+    """Refuse a recipe that does not fit the table: its study, archs or schedules.
+
+    A table that names its study must name this recipe's; when the project declares the study
+    (experiments/<name>.py), every arch and schedule it compares must be in the table.
+
+    Raises:
+        K3ScaleError: one line naming what the table holds.
+    """
+    from k3scale.sweep.declaration import load_study
+
+    studies = set(runs["study"].drop_nulls().to_list())
+    if studies and studies != {name}:
+        raise K3ScaleError(
+            f"fit: recipe {name!r} does not match the table, which holds {_holdings(runs)}"
+        )
+    declaration = PROJECT_STUDIES / f"{name}.py"
+    if not declaration.is_file():
+        return
+    declared = load_study(declaration)
+    for column, wanted in (("arch", declared.archs), ("schedule", declared.schedules)):
+        if not set(wanted) <= set(runs[column].drop_nulls().to_list()):
+            raise K3ScaleError(
+                f"fit: recipe {name!r} compares {column}s {', '.join(wanted)}, but the table "
+                f"holds {_holdings(runs)}"
+            )
+
+
+def collapse_duplicates(runs, curves):
+    """(runs, curves, duplicated run rows dropped): identical rows of each table kept once.
+
+    A run exported twice is one measurement; fitted twice it would narrow every interval. Two
+    rows with one run_id that differ are not duplicates but a broken table, and are refused.
+    """
+    unique = runs.unique(maintain_order=True)
+    clash = _repeated_ids(unique)
+    if clash:
+        raise K3ScaleError(
+            f"fit: run_id {', '.join(clash[:3])} appear(s) in several different rows of the run "
+            "table; export the tables again"
+        )
+    dropped = runs.height - unique.height
+    if dropped:
+        print(
+            f"k3scale fit: warning: {dropped} duplicated run row(s) collapsed before fitting "
+            f"(run_id {', '.join(_repeated_ids(runs)[:3])})",
+            file=sys.stderr,
+        )
+    return unique, curves.unique(maintain_order=True), dropped
+
+
+def _repeated_ids(runs) -> list[str]:
+    return sorted(set(runs.filter(runs["run_id"].is_duplicated())["run_id"].to_list()))

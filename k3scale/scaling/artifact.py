@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +23,8 @@ from k3scale.scaling.result import dumps
 from k3scale.scaling.tables import table_hash
 
 ARTIFACT_VERSION = 1
+# Recipes are code: only the project's own folder is searched (issue 23).
+PROJECT_RECIPES = Path(__file__).resolve().parents[2] / "analysis"
 
 
 @functools.cache
@@ -54,9 +57,15 @@ def code_version() -> dict:
     return {"package": version, "git_sha": sha, "git_dirty": dirty}
 
 
-def provenance(runs: pl.DataFrame, options: dict, source: str) -> dict:
-    """Provenance block of a fit artifact."""
-    return {
+def provenance(runs: pl.DataFrame, options: dict, source: str, duplicates: int = 0) -> dict:
+    """Provenance block of a fit artifact.
+
+    Args:
+        runs: the run table as read (before duplicate rows were collapsed), so its hash is the
+            one `k3scale dashboard` computes from the same file.
+        duplicates: duplicated run rows collapsed before fitting (recorded only when non-zero).
+    """
+    block = {
         "artifact_version": ARTIFACT_VERSION,
         "table_hash": table_hash(runs),
         "num_runs": runs.height,
@@ -64,47 +73,79 @@ def provenance(runs: pl.DataFrame, options: dict, source: str) -> dict:
         "code": code_version(),
         "options": options,
     }
+    if duplicates:
+        block["duplicate_rows_collapsed"] = duplicates
+    return block
 
 
 def write_artifact(path: Path, payload: dict) -> Path:
-    """Write deterministic JSON to `path` (parent folders created)."""
+    """Write deterministic JSON to `path` (parent folders created).
+
+    The text goes to a temporary file next to `path` that replaces it only once complete, so a
+    failed write never leaves a truncated artifact or destroys an earlier one.
+
+    Raises:
+        K3ScaleError: `path` cannot be written (a folder, a read-only place).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(payload), encoding="utf-8")
+    text = dumps(payload)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp.exists():
+            tmp.unlink()
+        raise K3ScaleError(f"fit: cannot write {path}: {exc.strerror or exc}") from None
     return path
 
 
-def recipe_search_path() -> list[Path]:
-    """Where recipes are looked up: ./analysis, then the checkout's analysis/ folder."""
-    return [Path.cwd() / "analysis", Path(__file__).resolve().parents[2] / "analysis"]
+def known_recipes() -> list[str]:
+    return sorted(p.stem for p in PROJECT_RECIPES.glob("*.py") if not p.stem.startswith("_"))
+
+
+def recipe_path(name: str) -> Path:
+    """The file of recipe `name`: a .py path as given, else the project's analysis/<name>.py.
+
+    Recipes are code, so a bare name is looked up only in the project's own analysis/ folder,
+    never in the current directory, and must be a plain identifier (no `..`, no slashes).
+
+    Raises:
+        K3ScaleError: the name is not an identifier, or no such file exists.
+    """
+    if name.endswith(".py"):
+        if not Path(name).is_file():
+            raise K3ScaleError(f"fit: recipe file {name} does not exist")
+        return Path(name)
+    if not name.isascii() or not name.isidentifier():
+        raise K3ScaleError(
+            f"fit: recipe name {name!r} must be a plain identifier (a file in "
+            f"{PROJECT_RECIPES}), or give the path of a .py file"
+        )
+    path = PROJECT_RECIPES / f"{name}.py"
+    if not path.is_file():
+        raise K3ScaleError(
+            f"fit: no analysis recipe {name!r} in {PROJECT_RECIPES}; known: {known_recipes()}"
+        )
+    return path
 
 
 def load_recipe(name: str) -> ModuleType:
-    """Import `analysis/<name>.py` (or a path to a .py file) as a module with `run(...)`.
+    """Import the recipe `recipe_path(name)` as a module with `run(...)`.
 
     Raises:
-        K3ScaleError: no such recipe, or it defines no `run`.
+        K3ScaleError: no such recipe, it cannot be imported, or it defines no `run`.
     """
-    candidates = (
-        [Path(name)]
-        if name.endswith(".py")
-        else [folder / f"{name}.py" for folder in recipe_search_path()]
-    )
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        known = sorted(
-            {
-                p.stem
-                for f in recipe_search_path()
-                if f.is_dir()
-                for p in f.glob("*.py")
-                if not p.stem.startswith("_")
-            }
-        )
-        raise K3ScaleError(f"fit: no analysis recipe {name!r}; known: {known}")
+    path = recipe_path(name)
     spec = importlib.util.spec_from_file_location(f"k3scale_recipe_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise K3ScaleError(
+            f"fit: recipe {path} cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from None
     if not callable(getattr(module, "run", None)):
         raise K3ScaleError(f"fit: recipe {path} defines no run(runs, curves, options)")
     return module

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling import checks
 from k3scale.scaling.frontier_compare import compare_frontiers
 from k3scale.scaling.surface import coarse_start_grid, fit_surface
 
@@ -16,11 +17,18 @@ def read_columns(path: str, columns: list[str]) -> pl.DataFrame:
     """Read a CSV and check the named columns exist.
 
     Raises:
-        K3ScaleError: the file is missing or a column is absent (the message lists what exists).
+        K3ScaleError: the file is missing, empty or not CSV text, or a column is absent (the
+            message lists what exists).
     """
     if not Path(path).is_file():
         raise K3ScaleError(f"fit: {path} not found")
-    table = pl.read_csv(path, infer_schema_length=None)
+    try:
+        table = pl.read_csv(path, infer_schema_length=None)
+    except pl.exceptions.NoDataError:
+        raise K3ScaleError(f"fit: {path} is empty") from None
+    except (pl.exceptions.PolarsError, UnicodeDecodeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise K3ScaleError(f"fit: {path} is not a readable CSV table ({reason})") from None
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise K3ScaleError(f"fit: {path} has no column(s) {missing}; columns: {table.columns}")
@@ -32,6 +40,32 @@ def _floats(table: pl.DataFrame, column: str) -> np.ndarray:
         return table[column].cast(pl.Float64, strict=True).to_numpy()
     except pl.exceptions.InvalidOperationError:
         raise K3ScaleError(f"fit: column {column!r} is not numeric") from None
+
+
+def collapse_duplicates(points: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Identical rows kept once, with the count dropped.
+
+    A point written twice is one measurement; counted twice it would narrow the bootstrap.
+    """
+    unique = points.unique(maintain_order=True)
+    return unique, points.height - unique.height
+
+
+def _check_surface_design(points: pl.DataFrame) -> None:
+    """Enough distinct (N, D) for five parameters; A, alpha (B, beta) need 3+ distinct N (D)."""
+    distinct = points.select("N", "D").unique().height
+    if distinct <= 5:
+        raise K3ScaleError(
+            f"fit: the Chinchilla surface needs more points than its 5 parameters, got "
+            f"{distinct} distinct (N, D) in {points.height} rows"
+        )
+    for column in ("N", "D"):
+        values = points[column].n_unique()
+        if values < 3:
+            raise K3ScaleError(
+                f"fit: the Chinchilla surface needs at least 3 distinct {column} values to "
+                f"separate its {column} term from E, got {values}"
+            )
 
 
 def parse_compute_list(text: str) -> list[float]:
@@ -57,7 +91,11 @@ def surface_from_csv(
     workers: int,
     grid: str = "epoch",
 ) -> dict:
-    """Chinchilla surface of a CSV; flat dict with E, A, B, alpha, beta, ci, n_points, ..."""
+    """Chinchilla surface of a CSV; flat dict with E, A, B, alpha, beta, ci, n_points, ...
+
+    Identical (N, D, loss) rows are fitted once (`duplicates` counts the rest); too few distinct
+    points for the five parameters is an error, not a fit with zero-width intervals.
+    """
     cols = [n_col, d_col, loss_col, *([exclude_col] if exclude_col else [])]
     table = read_columns(path, cols)
     excluded = 0
@@ -65,10 +103,19 @@ def surface_from_csv(
         flag = _floats(table, exclude_col)
         excluded = int(np.sum(flag != 0))
         table = table.filter(pl.Series(flag == 0))
+    points = pl.DataFrame(
+        {
+            "N": checks.positive_finite("N", _floats(table, n_col)),
+            "D": checks.positive_finite("D", _floats(table, d_col)),
+            "L": checks.positive_finite("loss", _floats(table, loss_col)),
+        }
+    )
+    _check_surface_design(points)
+    points, duplicates = collapse_duplicates(points)
     fit = fit_surface(
-        _floats(table, n_col),
-        _floats(table, d_col),
-        _floats(table, loss_col),
+        points["N"].to_numpy(),
+        points["D"].to_numpy(),
+        points["L"].to_numpy(),
         starts=coarse_start_grid() if grid == "coarse" else None,
         num_resamples=num_resamples,
         seed=seed,
@@ -81,6 +128,7 @@ def surface_from_csv(
         "ci": fit.intervals,
         "n_points": fit.n_points,
         "excluded": excluded,
+        "duplicates": duplicates,
         "success": fit.success,
         "message": fit.message,
         "objective_value": fit.extra.get("objective_value"),
@@ -101,18 +149,31 @@ def frontier_from_csv(
     seed: int,
     workers: int,
 ) -> dict:
-    """Per-group frontiers, multipliers vs `baseline` and the shared-exponent test of a CSV."""
+    """Per-group frontiers, multipliers vs `baseline` and the shared-exponent test of a CSV.
+
+    Identical (compute, loss, group) rows are fitted once (`duplicates` counts the rest).
+    """
     table = read_columns(path, [compute_col, loss_col, group_col])
-    return compare_frontiers(
-        _floats(table, compute_col),
-        _floats(table, loss_col),
-        table[group_col].cast(pl.String).to_list(),
+    points, duplicates = collapse_duplicates(
+        pl.DataFrame(
+            {
+                "C": _floats(table, compute_col),
+                "L": _floats(table, loss_col),
+                "group": table[group_col].cast(pl.String),
+            }
+        )
+    )
+    out = compare_frontiers(
+        points["C"].to_numpy(),
+        points["L"].to_numpy(),
+        points["group"].to_list(),
         baseline,
         at=at,
         num_resamples=num_resamples,
         seed=seed,
         workers=workers,
     )
+    return {**out, "duplicates": duplicates}
 
 
 def render(kind: str, out: dict) -> str:

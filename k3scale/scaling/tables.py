@@ -227,16 +227,35 @@ def load_tables(directory: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read (runs, curves) written by `write_tables`.
 
     Raises:
-        K3ScaleError: a file is missing (run `k3scale export` first).
+        K3ScaleError: a file is missing (run `k3scale export` first), is not parquet, or lacks
+            a column of the contract.
     """
     directory = Path(directory)
-    paths = [directory / RUNS_FILE, directory / CURVES_FILE]
-    for path in paths:
+    tables = []
+    for name, columns in ((RUNS_FILE, RUN_SCHEMA), (CURVES_FILE, CURVE_SCHEMA)):
+        path = directory / name
         if not path.exists():
             raise K3ScaleError(
                 f"load tables: {path} not found; run `k3scale export --out {directory}` first"
             )
-    return pl.read_parquet(paths[0]), pl.read_parquet(paths[1])
+        tables.append(_read_table(path, columns))
+    return tables[0], tables[1]
+
+
+def _read_table(path: Path, columns: dict[str, pl.DataType]) -> pl.DataFrame:
+    try:
+        table = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise K3ScaleError(
+            f"load tables: {path} is not a readable parquet file ({reason}); export it again"
+        ) from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise K3ScaleError(
+            f"load tables: {path} lacks column(s) {missing}; export it again with `k3scale export`"
+        )
+    return table
 
 
 def table_hash(runs: pl.DataFrame) -> str:

@@ -10,6 +10,7 @@ instead of failing the whole page. `generic_panels` is the layout used when a st
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,9 @@ from k3scale.viz.panel import Panel
 from k3scale.viz.summaries import representative_cells, require_columns
 
 DEFAULT_METRIC = "final_val_ood_loss"
+# The project's layouts (issue 23: never a dashboards/ folder in the current directory).
+PROJECT_LAYOUTS = Path(__file__).resolve().parents[2] / "dashboards"
+_LAYOUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,27 +104,32 @@ class Layout:
 GENERIC = Layout("k3scale study dashboard", generic_panels, "generic")
 
 
-def layout_dirs() -> list[Path]:
-    """Where layouts live: ./dashboards, then the checkout's dashboards/ (editable install)."""
-    return [Path.cwd() / "dashboards", Path(__file__).resolve().parents[2] / "dashboards"]
-
-
 def load_layout(name_or_path: str | None, study: str) -> Layout:
-    """A layout by file path, by name in `layout_dirs()`, or the study's own, else GENERIC.
+    """A layout by .py file path, by name in the project's dashboards/, or the study's own there.
+
+    Layouts are code, so a name is looked up only in `PROJECT_LAYOUTS`, never in the current
+    directory, and must be a plain file name: a study name read out of a run table (such as
+    `../evil`) that is not one, or has no layout, gets GENERIC.
 
     Args:
         name_or_path: explicit layout ("k2_vs_k3" or "path/to/layout.py"); None = the study's.
         study: study name (the runs' `study` column), used when `name_or_path` is None.
+
+    Raises:
+        K3ScaleError: an explicit layout that does not exist or cannot be loaded.
     """
     if name_or_path and name_or_path.endswith(".py"):
         return _import_layout(Path(name_or_path))
     name = name_or_path or study
-    for folder in layout_dirs():
-        if (folder / f"{name}.py").is_file():
-            return _import_layout(folder / f"{name}.py")
+    path = PROJECT_LAYOUTS / f"{name}.py"
+    if _LAYOUT_NAME.fullmatch(name) and path.is_file():
+        return _import_layout(path)
     if name_or_path:
-        where = ", ".join(str(d) for d in layout_dirs())
-        raise K3ScaleError(f"dashboard: no layout {name_or_path!r} (looked in {where})")
+        known = ", ".join(sorted(p.stem for p in PROJECT_LAYOUTS.glob("*.py")))
+        raise K3ScaleError(
+            f"dashboard: no layout {name_or_path!r} in {PROJECT_LAYOUTS} (known: {known}); "
+            "or pass a .py file"
+        )
     return GENERIC
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling.headline import headline_lines
 from k3scale.viz.fit_artifact import is_fit_artifact, sections_from_artifact
 
 
@@ -136,6 +137,8 @@ class DashboardFits:
     """Where the fits came from (file name and hash), for the page header."""
     notes: tuple[str, ...] = ()
     """Fits the fit file says it skipped, and why (shown in the page header)."""
+    headline: tuple[str, ...] = ()
+    """The fit artifact's headline numbers with their verdicts (shown in the page header)."""
 
     def frontier(self, arch: str, schedule: str, compute: str) -> FrontierFit | None:
         return _first(self.frontiers, arch=arch, schedule=schedule, compute=compute)
@@ -360,7 +363,9 @@ def fits_from_json(document: dict, source: str = "") -> DashboardFits:
     if not isinstance(document, dict):
         raise K3ScaleError("fit JSON: the document must be an object with fit sections")
     notes: list[str] = []
+    headline: list[str] = []
     if is_fit_artifact(document):
+        headline = headline_lines(document)
         document, notes = sections_from_artifact(document)
     parsed = {}
     for section, parse in _SECTIONS.items():
@@ -375,5 +380,8 @@ def fits_from_json(document: dict, source: str = "") -> DashboardFits:
     for i, entry in enumerate(document.get("hp_power_laws", [])):
         parsed["hp_laws"].append(hp_law_from_power_law(entry, f"hp_power_laws[{i}]"))
     return DashboardFits(
-        **{k: tuple(v) for k, v in parsed.items()}, source=source, notes=tuple(notes)
+        **{k: tuple(v) for k, v in parsed.items()},
+        source=source,
+        notes=tuple(notes),
+        headline=tuple(headline),
     )

@@ -50,7 +50,13 @@ class Provenance:
     """UTC date and time the page was rendered (ISO 8601)."""
 
 
-def _header(title: str, provenance: Provenance, panels: list[Panel], skipped: list[str]) -> str:
+def _header(
+    title: str,
+    provenance: Provenance,
+    panels: list[Panel],
+    skipped: list[str],
+    headline: list[str],
+) -> str:
     rows = [
         ("study", provenance.study),
         ("run tables", provenance.tables),
@@ -72,9 +78,16 @@ def _header(title: str, provenance: Provenance, panels: list[Panel], skipped: li
         if notes
         else ""
     )
+    lines = "".join(f"<li>{html.escape(line.strip())}</li>" for line in headline)
+    summary = (
+        f'<p>Headline (from the fit file; each number with its verdict):</p><ul class="headline">'
+        f"{lines}</ul>"
+        if lines
+        else ""
+    )
     return (
         f"<header><h1>{html.escape(title)}</h1>"
-        f'<table class="provenance">{table}</table>{notes}<nav>{nav}</nav></header>'
+        f'<table class="provenance">{table}</table>{summary}{notes}<nav>{nav}</nav></header>'
     )
 
 
@@ -105,6 +118,7 @@ def render_page(
     skipped: list[str] = (),
     *,
     inline_js: bool = True,
+    headline: list[str] = (),
 ) -> str:
     """The whole page as a string.
 
@@ -113,6 +127,7 @@ def render_page(
         provenance: header contents.
         panels: figures in page order.
         skipped: one line per figure the layout wanted but the data could not support.
+        headline: the fit's headline lines with verdicts, listed under the provenance table.
         inline_js: embed plotly.js (about 4.8 MB); False references `plotly.min.js` next to
             the page, which the caller must write (see `plotly_js_source`).
     """
@@ -124,5 +139,6 @@ def render_page(
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>{script}</head>"
-        f"<body>{_header(title, provenance, panels, list(skipped))}\n{sections}\n</body></html>\n"
+        f"<body>{_header(title, provenance, panels, list(skipped), list(headline))}\n"
+        f"{sections}\n</body></html>\n"
     )

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
 
 from k3scale.cli import main
+from k3scale.scaling.headline import headline_lines
 
 RESULTS = Path(__file__).resolve().parents[2] / "analysis" / "results"
 FOLDERS = sorted(p for p in RESULTS.glob("*") if (p / "runs.parquet").exists())
@@ -52,3 +54,6 @@ def test_dashboard_renders_offline_from_the_committed_tables(folder, tmp_path):
     # plotly.js itself mentions its CDN in strings; what matters is that no script loads from it.
     assert not re.search(r"<script[^>]+src=[\"']https?:", html)
     assert html.count("Plotly.newPlot(") >= 8
+    # The headline numbers and their verdicts head the page, as the CLI report prints them.
+    for line in headline_lines(json.loads((folder / "fit.json").read_text())):
+        assert html_escape(line.strip()) in html
