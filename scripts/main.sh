@@ -4,7 +4,7 @@
 # the dashboards and print the headline numbers. PRESET=smoke bash scripts/main.sh for a quick pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABLE_TELEMETRY=true
+export RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABLE_TELEMETRY=true
 # Huge pages for large allocations (k3scale/cli.py _ENTRY_ENV says why); read at process start.
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 preset=${PRESET:-demo}

@@ -57,6 +57,10 @@ def register(sub) -> None:
         action="store_true",
         help="print only the report's numeric tables in Markdown (analysis/README.md embeds them)",
     )
+    report.add_argument(
+        "--tracking-uri",
+        help="MLflow server to log fit.json and the dashboard to (default: the study folder's)",
+    )
     report.set_defaults(handler=_report)
 
     status = actions.add_parser("status", help="progress of a study from its storage")
@@ -186,11 +190,17 @@ def _status(args) -> int:
     record = folder / STUDY_JSON
     data = json.loads(record.read_text()) if record.exists() else {}
     if "utilization" in data:
+        # The MLflow URL of a finished run points at a server that has stopped: not printed.
         print(
-            f"last completed run: utilization {data['utilization']}, trials {data['trials']}, "
-            f"wall {data['wall_s']} s, MLflow {data['tracking_uri']}"
+            f"last completed run: {_trial_counts(data['trials'])}, utilization "
+            f"{data['utilization']:.2f}, wall {data['wall_s'] / 60:.1f} min; browse its runs with "
+            f"`k3scale ui --study-dir {folder}`"
         )
     return 0
+
+
+def _trial_counts(trials: dict) -> str:
+    return ", ".join(f"{trials.get(k, 0)} {k}" for k in ("finished", "failed", "diverged"))
 
 
 def _report(args) -> int:
@@ -216,12 +226,33 @@ def _report(args) -> int:
     print(f"== {study.name} ({args.preset}): {study.description}")
     if "utilization" in record:
         print(
-            f"trials {record['trials']}, utilization {record['utilization']:.2f}, "
-            f"sweep {record['sweep_s'] / 60:.1f} min"
+            f"trials: {_trial_counts(record['trials'])}; utilization "
+            f"{record['utilization']:.2f}, sweep {record['sweep_s'] / 60:.1f} min"
         )
     for line in headline_lines(json.loads(fit_path.read_text())):
         print(line)
     if page.exists():
         print(f"dashboard: {page.resolve()}  (open it in a browser; works offline)")
+    _log_summary(folder, study.name, args.preset, args.tracking_uri)
     print(f"browse runs: k3scale ui --study-dir {folder}")
     return 0
+
+
+def _log_summary(folder, study_name: str, preset: str, tracking_uri: str | None) -> None:
+    """fit.json and the dashboard as artifacts of the study's summary run in MLflow; the report
+    itself never fails for want of a server."""
+    import sys
+
+    from k3scale.sweep.tracking import log_study_summary, summary_experiment
+    from k3scale.track.server import study_store
+
+    if tracking_uri is None and not study_store(folder).db_path.exists():
+        # A folder of exported results (analysis/results) has no MLflow store; none is created.
+        print(f"fit and dashboard not logged to MLflow: {folder} has no MLflow store")
+        return
+    try:
+        run_id = log_study_summary(folder, study_name, preset, tracking_uri, log=lambda _: None)
+    except K3ScaleError as exc:
+        print(f"fit and dashboard not logged to MLflow: {exc}", file=sys.stderr)
+        return
+    print(f"MLflow: fit.json and dashboard in run {run_id} of {summary_experiment(study_name)!r}")

@@ -11,6 +11,9 @@ from pathlib import Path
 from k3scale.errors import K3ScaleError
 
 DEFAULT_PORT = 5000
+# MLflow 3.17's UI opens experiments in its GenAI view unless the hash route's query names the
+# workflow (WorkflowTypeProvider in the UI bundle reads `workflowType` before localStorage).
+TRAINING_VIEW = "workflowType=machine_learning"
 
 
 def register(sub) -> None:
@@ -69,6 +72,26 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def runs_url(server_url: str, experiment_id: str | None) -> str:
+    """The runs list of an experiment (or the experiments list) in the model-training view."""
+    page = f"experiments/{experiment_id}/runs" if experiment_id else "experiments"
+    return f"{server_url}/#/{page}?{TRAINING_VIEW}"
+
+
+def _study_experiment(args, server_url: str) -> str | None:
+    """Id of the experiment named in the study folder's study.json, if there is one."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    record = Path(args.study_dir) / "study.json"
+    if args.backend_store_uri or not record.exists():
+        return None
+    name = json.loads(record.read_text()).get("study")
+    found = MlflowClient(server_url).get_experiment_by_name(name) if name else None
+    return found.experiment_id if found else None
+
+
 def run_ui(args) -> int:
     from k3scale.track.server import log_tail, start_local_server, study_store
 
@@ -102,6 +125,7 @@ def run_ui(args) -> int:
     try:
         print(f"MLflow UI and tracking URI: {server.url}  (log {log_path}; Ctrl-C stops it)")
         print(f"train against it with: k3scale train --tracking-uri {server.url}", flush=True)
+        print(f"runs: {runs_url(server.url, _study_experiment(args, server.url))}", flush=True)
         while server.alive():
             time.sleep(0.5)
         raise K3ScaleError(f"MLflow server exited unexpectedly: {log_tail(log_path)}")

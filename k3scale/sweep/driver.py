@@ -247,25 +247,15 @@ class Driver:
         }
         tells = [(study, trial, cell.budget_tokens, cell)]
         if trunk:
+            # Each branch is the straight run of its own cell (folder, name, tags), forked.
             branch_cells = [
                 Cell(arch=cell.arch, size=cell.size, budget_tokens=b, schedule="wsd")
                 for b in self.ctx.preset.budgets
                 if b != cell.budget_tokens
             ]
-            payload["budgets"] = list(self.ctx.preset.budgets)
-            payload["branch_dirs"] = {
-                str(c.budget_tokens): str(self.ctx.study_dir / "runs" / c.slug / tag)
-                for c in branch_cells
-            }
-            payload["branch_tags"] = {
-                str(c.budget_tokens): {
-                    schema.TAG_CELL: c.key,
-                    schema.TAG_BUDGET_TOKENS: str(c.budget_tokens),
-                    schema.TAG_TRIAL: f"{c.key}#{tag}",
-                }
-                for c in branch_cells
-            }
-            # A branch's own tags are its trunk's except the budget, cell and trial.
+            payload["branches"] = [
+                _to_dict(self._config(c, params, seed, tag, arm)) for c in branch_cells
+            ]
             tells += [(self.tuning[c.key], None, c.budget_tokens, c) for c in branch_cells]
         ref = self._remote.remote(payload)
         self.counters.launched += 1

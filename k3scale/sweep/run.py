@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
+import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from k3scale.errors import K3ScaleError
+from k3scale.sweep import reaper
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.driver import Driver, SweepContext, default_slots
-from k3scale.sweep.identity import check_identity, current_identity
+from k3scale.sweep.identity import (
+    DATA_FINGERPRINT,
+    GIT_DIRTY,
+    GIT_SHA,
+    check_identity,
+    current_identity,
+)
 from k3scale.sweep.planner import estimate_cost, plan_cells
-from k3scale.sweep.tracking import TrackingService
+from k3scale.sweep.tracking import TrackingService, summary_experiment
 
 STUDY_JSON = "study.json"
 # What study.json says about the driver that last trained (kept by one that had nothing to run).
@@ -36,6 +46,10 @@ _TIMINGS = (
 # How long a --ray-address may take to accept a TCP connection (seconds).
 RAY_CONNECT_TIMEOUT_S = 10.0
 TABLES = "tables"
+# The Ray a study starts for itself listens on loopback only and asks every caller for the
+# token in this file of the study folder (issue 23).
+LOCAL_RAY_HOST = "127.0.0.1"
+RAY_TOKEN = "ray_token"
 
 
 def default_study_dir(study_name: str, preset: str) -> Path:
@@ -93,10 +107,10 @@ def run_study(
     started = time.time()
     with ExitStack() as stack:
         # Ray first: a bad address fails before an MLflow server is started.
-        slots = _start_ray(ray_address, preset, stack)
+        slots = _start_ray(ray_address, preset, folder, stack)
         tracking_uri = tracking.start()
         stack.callback(tracking.stop)
-        _create_experiment(tracking_uri, study.name)
+        _create_experiment(tracking_uri, study.name, study_note(study, preset_name, identity))
         ctx = SweepContext(
             study=study,
             preset=preset,
@@ -160,25 +174,39 @@ def _check_data(data_root: str, dataset: str) -> str:
         raise K3ScaleError(f"{exc} (run `k3scale data prepare` first)") from None
 
 
-def _create_experiment(tracking_uri: str, name: str) -> None:
-    """Create the experiment before any worker starts (workers would race to create it)."""
+def _create_experiment(tracking_uri: str, name: str, note: str) -> None:
+    """Create the experiment before any worker starts (workers would race to create it), with
+    `note` as its description."""
     from mlflow.tracking import MlflowClient
 
+    from k3scale.track.schema import MLFLOW_NOTE
+    from k3scale.track.sending import experiment_id_for
+
     client = MlflowClient(tracking_uri)
-    if client.get_experiment_by_name(name) is None:
-        client.create_experiment(name)
+    client.set_experiment_tag(experiment_id_for(client, name), MLFLOW_NOTE, note)
 
 
-def _start_ray(address: str | None, preset, stack: ExitStack) -> int:
-    import ray
+def study_note(study, preset_name: str, identity: dict[str, str]) -> str:
+    """The experiment's description (Markdown): the study, its preset and its start commit."""
+    dirty = " (uncommitted changes)" if identity[GIT_DIRTY] == "true" else ""
+    return (
+        f"**k3scale study `{study.name}`**, preset `{preset_name}`: {study.description}\n\n"
+        f"Code commit `{identity[GIT_SHA]}`{dirty}; data fingerprint "
+        f"`{identity[DATA_FINGERPRINT][:16]}`. Fits and dashboard: experiment "
+        f"`{summary_experiment(study.name)}`."
+    )
 
-    for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}.items():
-        os.environ.setdefault(key, value)
-    if ray.is_initialized():
+
+def _start_ray(address: str | None, preset, folder: Path, stack: ExitStack) -> int:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         return default_slots(preset)
     # Inside a Ray Job (`k3scale study submit`) Ray sets RAY_ADDRESS to the job's cluster.
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
+        import ray
+
         try:
             ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError) as exc:
@@ -187,9 +215,56 @@ def _start_ray(address: str | None, preset, stack: ExitStack) -> int:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         stack.callback(ray.shutdown)
         return max(1, cpus // max(1, preset.threads_per_trial))
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    _set_local_ray_env(folder / RAY_TOKEN)  # before `import ray`: Ray reads it at import
+    import ray
+
+    owner = secrets.token_hex(8)
+    reaper_process = subprocess.Popen(
+        [sys.executable, "-m", "k3scale.sweep.reaper", owner],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    stack.callback(_stop_reaper, reaper_process)
+    # Only the processes ray.init starts carry the mark (workers inherit it from the raylet).
+    os.environ[reaper.MARK] = owner
+    try:
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    finally:
+        del os.environ[reaper.MARK]
     stack.callback(ray.shutdown)
+    if ray.util.get_node_ip_address() != LOCAL_RAY_HOST:
+        raise K3ScaleError(
+            f"the local Ray runs on {ray.util.get_node_ip_address()}, not {LOCAL_RAY_HOST}: "
+            "Ray was imported before the study set its environment"
+        )
     return default_slots(preset)
+
+
+def _set_local_ray_env(token_path: Path) -> None:
+    """Loopback only and token auth for the Ray this driver starts (what Ray 2.60 honours)."""
+    _write_token(token_path)
+    # A requested node IP of 127.0.0.1 is rewritten to the machine's address unless Ray runs in
+    # its single-node mode (ray/_private/services.py get_node_ip_address); on a 127.0.0.1 node
+    # Ray 2.60 binds GCS, raylet, workers and agents to loopback instead of 0.0.0.0.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # Overrides the entry points' default (k3scale/cli.py); a Ray this driver owns needs no opt-out.
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_path)
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
+
+
+def _write_token(path: Path) -> None:
+    """A fresh random token, created owner-only (0600) so it is never readable by others."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
+
+
+def _stop_reaper(process: subprocess.Popen) -> None:
+    """Closing the pipe lets the reaper kill whatever `ray.shutdown` left, then exit."""
+    process.stdin.close()
+    process.wait(timeout=60)
 
 
 def _check_reachable(address: str | None) -> None:

@@ -36,6 +36,8 @@ class TrackingService:
         self.log = log
         self.url = external_uri or ""
         self.pid: int | None = None
+        self.started = False
+        """Whether this service started the local server (rather than reusing one)."""
 
     @property
     def _record(self) -> Path:
@@ -66,7 +68,7 @@ class TrackingService:
         store = study_store(self.folder)
         ensure_schema(store.db_path)
         server = start_local_server(store.db_path, store.artifacts_dir, log_path=store.log_path)
-        self.url, self.pid = server.url, server.pid
+        self.url, self.pid, self.started = server.url, server.pid, True
         tmp = self._record.with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": self.url, "pid": self.pid}))
         os.replace(tmp, self._record)
@@ -141,6 +143,51 @@ class TrackingService:
                 os.killpg(self.pid, sig)
             time.sleep(0.5)
         self.pid = None
+
+
+def summary_experiment(study_name: str) -> str:
+    """The experiment of a study's summary run. It sits beside the study's experiment because
+    every run in that one becomes a row of the exported run tables."""
+    return f"{study_name}/summary"
+
+
+def log_study_summary(
+    folder: Path, study_name: str, preset: str, tracking_uri: str | None = None, log=print
+) -> str | None:
+    """Log the study's fit.json and dashboard.html (those that exist) as artifacts of its one
+    summary run, tagged `k3scale.study_summary=<preset>`; a second call updates the same run.
+
+    Args:
+        folder: the study folder.
+        tracking_uri: a team's server; None uses (or briefly starts) the folder's local one.
+
+    Returns:
+        The summary run's id, or None when neither file exists.
+    """
+    from mlflow.tracking import MlflowClient
+
+    from k3scale.track.schema import TAG_STUDY, TAG_STUDY_SUMMARY
+    from k3scale.track.sending import experiment_id_for
+
+    files = [path for path in (folder / "fit.json", folder / "dashboard.html") if path.exists()]
+    if not files:
+        return None
+    service = TrackingService(folder, tracking_uri, log)
+    try:
+        client = MlflowClient(service.start())
+        experiment_id = experiment_id_for(client, summary_experiment(study_name))
+        found = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{TAG_STUDY_SUMMARY}` = '{preset}'", max_results=1
+        )
+        tags = {TAG_STUDY_SUMMARY: preset, TAG_STUDY: study_name}
+        run = found[0] if found else client.create_run(experiment_id, tags=tags, run_name=preset)
+        for path in files:
+            client.log_artifact(run.info.run_id, str(path))
+        client.set_terminated(run.info.run_id)
+    finally:
+        if service.started:
+            service.stop()
+    return run.info.run_id
 
 
 def _pid_alive(pid: int) -> bool:

@@ -26,10 +26,8 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(threads)
     cfg = load_run_config(payload["config"])
     started = time.perf_counter()
-    if payload.get("budgets"):
-        branch_dirs = {int(k): v for k, v in payload["branch_dirs"].items()}
-        branch_tags = {int(k): v for k, v in payload.get("branch_tags", {}).items()}
-        results = run_branches(cfg, [int(b) for b in payload["budgets"]], branch_dirs, branch_tags)
+    if payload.get("branches"):
+        results = run_branches(cfg, [load_run_config(b) for b in payload["branches"]])
     else:
         results = {cfg.train.budget_tokens: train(cfg)}
     return {
@@ -49,7 +47,10 @@ def _assigned_cpus(default: int) -> int:
     try:
         import ray
 
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+        # Outside a Ray task (a direct call) asking for the runtime context would start a Ray.
+        cpus = ray.is_initialized() and ray.get_runtime_context().get_assigned_resources().get(
+            "CPU"
+        )
     except Exception:
         cpus = None
     return max(1, int(cpus)) if cpus else max(1, default)

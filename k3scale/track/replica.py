@@ -1,7 +1,7 @@
 """The JSONL replica: every run writes what it logs to `replica.jsonl` before MLflow sees it.
 
 One JSON object per line, each with a "type" (INTERFACES.md section 8):
-`run`, `params`, `tags`, `metrics`, `status`, `artifact`, `sync`. A study can be exported and
+`run`, `params`, `tags`, `metrics`, `status`, `artifact`, `input`, `sync`. A study can be exported and
 refit from replicas alone, and `upload_replica` replays one into any MLflow server.
 """
 
@@ -272,7 +272,7 @@ def _missing_units(client, run, path: Path) -> list:
         elif (kind == "artifact" and entry["name"] in logged_artifacts) or (
             kind == "status" and run.info.status != "RUNNING"
         ):
-            continue  # already in MLflow
+            continue  # already in MLflow (a dataset input is resent: MLflow keeps one)
         missing.extend(
             unit
             for unit in sending.units_from_line(line_no, entry, str(path.parent))

@@ -30,6 +30,14 @@ TAG_HOSTNAME = "k3scale.hostname"
 # Added by the tracking helper: the replica's run id, so upload_replica can find (and complete)
 # the MLflow run that holds a replica instead of creating a duplicate.
 TAG_REPLICA_RUN_ID = "k3scale.replica_run_id"
+# On the one run per study that holds its fit.json and dashboard (not a trial).
+TAG_STUDY_SUMMARY = "k3scale.study_summary"
+
+# MLflow's own tags (mlflow/utils/mlflow_tags.py, mlflow 3.17.2): a run's parent (the UI nests
+# children under it), an experiment's or run's description, and a dataset input's role.
+MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
+MLFLOW_NOTE = "mlflow.note.content"
+MLFLOW_DATASET_CONTEXT = "mlflow.data.context"
 
 STATUS_FINISHED = "finished"
 STATUS_DIVERGED = "diverged"
@@ -56,4 +64,4 @@ PARAM_BATCH_TOKENS = "derived.batch_tokens"
 
 # JSONL replica: one file per run, one JSON object per line, each with a "type" key.
 REPLICA_FILE = "replica.jsonl"
-REPLICA_TYPES = ("run", "params", "tags", "metrics", "status", "artifact", "sync")
+REPLICA_TYPES = ("run", "params", "tags", "metrics", "status", "artifact", "input", "sync")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3scale.errors import K3ScaleError
-from k3scale.track.schema import STATUS_FAILED
+from k3scale.track.schema import MLFLOW_DATASET_CONTEXT, STATUS_FAILED
 
 # mlflow/utils/validation.py (mlflow 3.17.2): MAX_PARAMS_TAGS_PER_BATCH, MAX_METRICS_PER_BATCH,
 # MAX_ENTITIES_PER_BATCH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH.
@@ -54,10 +54,12 @@ class Unit:
     """k3scale status that terminates the run."""
     end_time: int | None = None
     """Run end time (ms since the epoch) for a status unit."""
+    dataset: tuple[tuple[str, str], ...] = ()
+    """(field, value) of a dataset input: name, digest, source_type, source, context."""
 
     @property
     def is_batch(self) -> bool:
-        return self.artifact_path is None and self.status is None
+        return self.artifact_path is None and self.status is None and not self.dataset
 
 
 @dataclass
@@ -126,6 +128,8 @@ def units_from_line(line_no: int, entry: dict[str, Any], base_dir: str) -> list[
         return [Unit(line_no, artifact_path=os.path.join(base_dir, entry["path"]))]
     if kind == "status":
         return [Unit(line_no, status=entry["status"], end_time=entry.get("end_time"))]
+    if kind == "input":
+        return [Unit(line_no, dataset=tuple(sorted(entry["dataset"].items())))]
     return []
 
 
@@ -148,6 +152,9 @@ def perform(client, run_id: str, send: Send) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
     first = send.units[0]
+    if first.dataset:
+        client.log_inputs(run_id, datasets=[dataset_input(dict(first.dataset))])
+        return
     if first.artifact_path is not None:
         client.log_artifact(run_id, first.artifact_path)
         return
@@ -160,6 +167,14 @@ def perform(client, run_id: str, send: Send) -> None:
     params = [Param(k, truncate(v, MAX_PARAM_VALUE_CHARS)) for u in units for k, v in u.params]
     tags = [RunTag(k, truncate(v, MAX_TAG_VALUE_CHARS)) for u in units for k, v in u.tags]
     client.log_batch(run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+
+
+def dataset_input(fields: dict[str, str]):
+    """An MLflow `DatasetInput` from a replica `input` line's dataset fields."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    dataset = Dataset(**{k: v for k, v in fields.items() if k != "context"})
+    return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, fields["context"])])
 
 
 def is_transient(exc: BaseException) -> bool | None:

@@ -32,6 +32,9 @@ RETRY_MAX_PAUSE_S = 120.0
 # Memory bound on records queued for an unreachable server; older ones stay in the replica only.
 MAX_QUEUED_METRIC_POINTS = 200_000
 ARTIFACTS_SUBDIR = "artifacts"
+# mlflow/utils/validation.py (mlflow 3.17.2) MAX_DATASET_DIGEST_SIZE; the full fingerprint is
+# the k3scale.data_fingerprint tag.
+MAX_DATASET_DIGEST_CHARS = 36
 
 
 def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -186,6 +189,25 @@ class RunTracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         """Add or overwrite run tags (sent at the next `flush()`)."""
         self._record({"type": "tags", "tags": {k: str(v) for k, v in tags.items()}})
+
+    def log_dataset(self, name: str, digest: str, source: str, context: str = "training") -> None:
+        """Record the run's dataset as an MLflow dataset input (the UI's Dataset column).
+
+        Args:
+            name: dataset name.
+            digest: data fingerprint; MLflow keeps at most MAX_DATASET_DIGEST_CHARS of it.
+            source: where the data lies (a folder path).
+            context: the dataset's role in the run.
+        """
+        dataset = {
+            "name": name,
+            "digest": digest[:MAX_DATASET_DIGEST_CHARS],
+            "source_type": "local",
+            # What MLflow's own local sources store (LocalArtifactDatasetSource.to_json).
+            "source": json.dumps({"uri": source}),
+            "context": context,
+        }
+        self._record({"type": "input", "dataset": dataset})
 
     def log_artifact_json(self, name: str, obj: Any) -> Path:
         """Save `obj` as JSON file `name` in the replica directory and log it as an artifact.

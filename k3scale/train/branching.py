@@ -49,33 +49,58 @@ def branch_config(cfg: RunConfig, budget: int, out_dir: str) -> RunConfig:
     return _with_budget(cfg, budget, out_dir)
 
 
-def run_branches(
-    cfg: RunConfig,
-    budgets: list[int],
-    branch_dirs: dict[int, str],
-    branch_tags: dict[int, dict[str, str]] | None = None,
-) -> dict[int, RunResult]:
-    """Train the trunk (largest budget) and every smaller budget as a branch of it.
+def run_branches(cfg: RunConfig, branches: list[RunConfig]) -> dict[int, RunResult]:
+    """Train the trunk and every branch from the trunk's checkpoint at its fork.
 
-    `branch_tags` adds tags per budget (a sweep names each branch's own cell and trial).
+    Each branch is a run of its own: a straight WSD run of a smaller budget (its own folder,
+    name, tags, evaluation and checkpoint intervals), logged as a child run of the trunk.
+
+    Args:
+        cfg: the trunk's run; trained to the largest budget of it and the branches.
+        branches: the straight runs to fork, e.g. `branch_config(cfg, budget, out_dir)`.
+
+    Returns:
+        Results by budget, the trunk's included.
     """
-    trunk = trunk_config(cfg, budgets)
-    results = {max(budgets): train(trunk)}
-    trunk_run = results[max(budgets)]
-    for budget in sorted(set(budgets) - {max(budgets)}):
-        branch = branch_config(cfg, budget, branch_dirs[budget])
+    for branch in branches:
+        _check_branch(cfg, branch)
+    trunk = trunk_config(cfg, [cfg.train.budget_tokens, *(b.train.budget_tokens for b in branches)])
+    trunk_run = train(trunk)
+    results = {trunk.train.budget_tokens: trunk_run}
+    for branch in sorted(branches, key=lambda b: b.train.budget_tokens):
         step = fork_step(trunk, branch)
         tokens = step * cfg.train.batch_size * cfg.data.seq_len
-        results[budget] = train(
+        results[branch.train.budget_tokens] = train(
             branch,
             start_from=Path(trunk.train.out_dir) / fork_name(tokens),
             extra_tags={
                 schema.TAG_TRUNK_RUN_ID: trunk_run.run_id,
                 schema.TAG_FORK_STEP: str(step),
-                **(branch_tags or {}).get(budget, {}),
+                schema.MLFLOW_PARENT_RUN_ID: trunk_run.run_id,
             },
         )
     return results
+
+
+def _check_branch(trunk: RunConfig, branch: RunConfig) -> None:
+    """A branch may differ from its trunk only where a straight run of its budget does."""
+    own = ("budget_tokens", "out_dir", "eval_interval_tokens", "checkpoint_interval_tokens")
+    train_cfg = dataclasses.replace(
+        branch.train,
+        fork_tokens=trunk.train.fork_tokens,
+        **{k: getattr(trunk.train, k) for k in own},
+    )
+    shared = ("model", "data", "optim", "schedule")
+    if train_cfg != trunk.train or any(getattr(branch, f) != getattr(trunk, f) for f in shared):
+        raise K3ScaleError(
+            f"WSD branch {branch.train.out_dir} differs from its trunk beyond budget, folder, "
+            "evaluation, checkpoints and tracking: it would not replay a straight run"
+        )
+    if branch.train.budget_tokens >= trunk.train.budget_tokens:
+        raise K3ScaleError(
+            f"WSD branch budget {branch.train.budget_tokens} must be below its trunk's "
+            f"({trunk.train.budget_tokens})"
+        )
 
 
 def _with_budget(cfg: RunConfig, budget: int, out_dir: str) -> RunConfig:

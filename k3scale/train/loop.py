@@ -37,6 +37,9 @@ from k3scale.train.distributed import average_gradients, mean_over_ranks, world
 from k3scale.train.evaluate import mean_loss
 from k3scale.train.perf import matmul_peak_flops, mfu
 
+# MLflow step of the `final/*` summary values (see `train`).
+SUMMARY_STEP = 0
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunResult:
@@ -153,7 +156,7 @@ def train(
         _restore(load_checkpoint(start_from), model, optimizer, state, keep_run=False)
 
     flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
-    tracker = _open_tracker(cfg, dataset.fingerprint, state.run_id, extra_tags, rank, out_dir)
+    tracker = _open_tracker(cfg, dataset, state.run_id, extra_tags, rank, out_dir)
     state.run_id = tracker.run_id if tracker else state.run_id
     if state.final is not None:
         if tracker:
@@ -243,9 +246,12 @@ def train(
         schema.FINAL_PREFIX + "mfu": utilisation,
     }
     if tracker:
-        tracker.log_metrics(
-            state.step, {**final, **{k: v for k, v in state.final.items() if k != "status"}}
-        )
+        tracker.log_metrics(state.step, final)
+        # MLflow has no summary metric type; its UI (3.17, RunsChartsCardConfig) draws a metric
+        # whose latest step is 0 as a bar per run, and one at a step >= 1 as a line chart (one
+        # point here). So final values go at step 0, under their `final/*` names (the run
+        # tables read those keys).
+        tracker.log_metrics(SUMMARY_STEP, {k: v for k, v in state.final.items() if k != "status"})
         tracker.finish(status)
     _save(out_dir / LATEST, model, optimizer, state, rank)
     return _result(cfg, state, out_dir, tokens_per_s, utilisation)
@@ -367,7 +373,7 @@ def _check_data(cfg: RunConfig, dataset) -> None:
         )
 
 
-def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
+def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path):
     if rank != 0:
         return None
     if run_id is None:
@@ -376,7 +382,7 @@ def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
     hash_ = config_hash(cfg)
     tags = {
         schema.TAG_CONFIG_HASH: hash_,
-        schema.TAG_DATA_FINGERPRINT: fingerprint,
+        schema.TAG_DATA_FINGERPRINT: dataset.fingerprint,
         schema.TAG_ARCH: cfg.model.family,
         schema.TAG_BUDGET_TOKENS: str(cfg.train.budget_tokens),
         schema.TAG_SCHEDULE: cfg.schedule.kind,
@@ -397,19 +403,24 @@ def _open_tracker(cfg, fingerprint, run_id, extra_tags, rank, out_dir: Path):
     )
     if run_id is None:
         tracker.log_artifact_json("config.json", to_dict(cfg))
+        tracker.log_dataset(dataset.name, dataset.fingerprint, _logged_path(cfg, dataset.path))
     return tracker
 
 
 def _logged_params(cfg: RunConfig) -> dict[str, Any]:
     """The flattened config; a study's run logs its paths relative to the study folder."""
     params = flatten(cfg)
-    base = cfg.track.paths_relative_to
-    if base is None:
+    if cfg.track.paths_relative_to is None:
         return params
     del params["track.paths_relative_to"]
     for key in ("train.out_dir", "data.root"):
-        params[key] = os.path.relpath(Path(params[key]).resolve(), base)
+        params[key] = _logged_path(cfg, params[key])
     return params
+
+
+def _logged_path(cfg: RunConfig, path) -> str:
+    base = cfg.track.paths_relative_to
+    return str(path) if base is None else os.path.relpath(Path(path).resolve(), base)
 
 
 def _derived_params(cfg: RunConfig) -> dict[str, int]:

@@ -9,7 +9,7 @@ import pytest
 
 from k3scale.track import schema
 from k3scale.train import train
-from k3scale.train.branching import fork_step, run_branches, trunk_config
+from k3scale.train.branching import branch_config, fork_step, run_branches, trunk_config
 from tests.train.conftest import tiny_run, with_schedule
 
 
@@ -61,7 +61,10 @@ def test_wsd_branch_equals_a_straight_wsd_run(sample_root, tmp_path):
     trunk = trunk_config(base, [small, large])
     # Decay starts at 6 of 8 steps; its first step (p = 0) still runs at the peak LR.
     assert fork_step(trunk, straight_cfg) == 7
-    results = run_branches(base, [small, large], {small: str(tmp_path / "branch")})
+    trunk_cfg = dataclasses.replace(
+        base, train=dataclasses.replace(base.train, budget_tokens=large)
+    )
+    results = run_branches(trunk_cfg, [branch_config(base, small, str(tmp_path / "branch"))])
     branch = results[small]
     assert branch.losses == straight.losses
     assert branch.final_val_ood_loss == straight.final_val_ood_loss
