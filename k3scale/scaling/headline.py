@@ -88,8 +88,7 @@ def _schedule_lines(comparison: dict) -> list[str]:
         for e in cell["comparison"].values():
             lines.append(
                 f"  {where}: own optima {diff_text(e['diff_own'], e['ci_own'], e['verdict_own'])}"
-                f"; at {ref}'s optimum "
-                f"{diff_text(e['diff_shared'], e['ci_shared'], e['verdict_shared'])}"
+                f"; at {ref}'s optimum {shared_text(e)}"
             )
     if not comparison.get("cells"):
         lines.append("  (no cell has trials of both schedules)")
@@ -99,7 +98,16 @@ def _schedule_lines(comparison: dict) -> list[str]:
     return lines
 
 
+def shared_text(e: dict) -> str:
+    """The shared-setting reading; a reason already given for the own optima is not repeated."""
+    if e["verdict_shared"] == e["verdict_own"] and not verdict.is_identified(e["verdict_own"]):
+        return "not identified (as at own optima)"
+    return diff_text(e["diff_shared"], e["ci_shared"], e["verdict_shared"])
+
+
 def noise_text(noise: dict) -> str:
+    if noise.get("sd") is None:
+        return "run noise not measured (no residual or seed degrees of freedom)"
     p = noise.get("lack_of_fit_p")
     return (
         f"run noise sd {number(noise.get('sd'))} ({noise.get('method', '')}; quadratic residual "
@@ -197,7 +205,7 @@ def _schedule_table(comparison: dict) -> str:
             rows.append(
                 f"| {cell['cell']['size']} | {cell['cell']['budget_tokens']:,} | "
                 f"{diff_text(e['diff_own'], e['ci_own'], e['verdict_own'])} | "
-                f"{diff_text(e['diff_shared'], e['ci_shared'], e['verdict_shared'])} | "
+                f"{shared_text(e)} | "
                 f"{number(e['lr_ratio'])} |"
             )
     for other, p in sorted(comparison["pooled"].items()):

@@ -94,7 +94,8 @@ def quadratic_mode(lr: np.ndarray, batch: np.ndarray) -> tuple[str | None, str]:
         return "1d+batch", ""
     return None, (
         f"{n} trials over {n_batch} batch sizes: too few for a quadratic in (log lr, log batch) "
-        f"(needs >= {MIN_TRIALS_2D} at >= 3 sizes, or >= {n_batch + 3} with a shared LR curve)"
+        f"(needs >= {MIN_TRIALS_2D} at >= 3 batch sizes, or >= {n_batch + 3} for one LR curve "
+        "shared by the batch sizes)"
     )
 
 

@@ -84,7 +84,7 @@ def _cell_rows(runs: pl.DataFrame) -> list[tuple[dict, pl.DataFrame]]:
     out = []
     for key, group in runs.sort("run_id").group_by(list(CELL_KEYS), maintain_order=False):
         out.append((dict(zip(CELL_KEYS, key, strict=True)), group.sort("run_id")))
-    return sorted(out, key=lambda kv: tuple(str(kv[0][k]) for k in CELL_KEYS))
+    return sorted(out, key=lambda kv: tuple(kv[0][k] for k in CELL_KEYS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,11 +241,31 @@ def _multiplier_grid(compute: list[float]) -> list[float]:
     return np.exp(np.linspace(lo, hi, MULTIPLIER_POINTS)).tolist()
 
 
+def _design_cell(e: CellEstimate) -> tuple[str, int]:
+    """(rung, budget) of a cell: "k3-t2" and "k2-t2" are the same rung of two arms' ladders."""
+    return e.cell["size"].rsplit("-", 1)[-1], e.cell["budget_tokens"]
+
+
 def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict:
-    """Identified cell optima per group as compute_optimal.ArmOptima (one FLOP convention)."""
+    """Identified cell optima per group as compute_optimal.ArmOptima (one FLOP convention).
+
+    Only design cells (rung, budget) identified in every group enter: frontiers over different
+    subsets of the design would differ by which cells happened to be identified, not by arm.
+    """
+    groups = sorted({e.cell[group_key] for e in estimates})
+    common = set.intersection(
+        *(
+            {_design_cell(e) for e in estimates if e.cell[group_key] == g and e.optimum.identified}
+            for g in groups
+        )
+    )
     arms = {}
-    for g in sorted({e.cell[group_key] for e in estimates}):
-        mine = [e for e in estimates if e.cell[group_key] == g and e.optimum.identified]
+    for g in groups:
+        mine = [
+            e
+            for e in estimates
+            if e.cell[group_key] == g and e.optimum.identified and _design_cell(e) in common
+        ]
         if not mine or any(e.optimum.draws is None for e in mine):
             continue
         arms[g] = compute_optimal.ArmOptima(
@@ -285,7 +305,7 @@ def schedule_comparison(
         key = (e.cell["arch"], e.cell["size"], e.cell["budget_tokens"])
         by_cell.setdefault(key, {})[e.cell["schedule"]] = e
     cells, per_other = [], {}
-    for key, schedules in sorted(by_cell.items(), key=lambda kv: str(kv[0])):
+    for key, schedules in sorted(by_cell.items()):
         if reference not in schedules or len(schedules) < 2:
             continue
         entry = {"cell": dict(zip(("arch", "size", "budget_tokens"), key, strict=True))}

@@ -298,6 +298,11 @@ def frontiers_from_comparison(entry: dict, where: str) -> tuple[list, list]:
         rows = sorted(
             (m for m in result["multiplier"] if m["group"] == name), key=lambda m: m["compute"]
         )
+        # Only identified points are drawn: a not-identified M(C) is a verdict in the headline,
+        # never a band spanning dozens of decades.
+        rows = [m for m in rows if m.get("verdict", "identified") == "identified"]
+        if not rows:
+            continue
         ci = [m.get("ci") or [math.nan, math.nan] for m in rows]
         shared_k = shared.get("multiplier")
         multipliers.append(

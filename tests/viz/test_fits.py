@@ -41,6 +41,17 @@ def test_multiplier_band_comes_from_the_comparison_entries(fits, fit_document):
     assert m.shared_accepted is (not shared["rejected"])
 
 
+def test_a_not_identified_multiplier_is_not_drawn(fit_document):
+    document = copy.deepcopy(fit_document)
+    entries = document["frontier_comparisons"][0]["result"]["multiplier"]
+    for entry in entries:
+        entry["verdict"] = "not identified: M(C) interval spans 60.0 decades (> 1)"
+    assert len(fits_from_json(document).multipliers) == 2
+    entries[0]["verdict"] = "identified"
+    (drawn,) = [m for m in fits_from_json(document).multipliers if len(m.band.x) == 1]
+    assert drawn.band.median == (entries[0]["value"],)
+
+
 def test_hp_law_maps_power_law_params(fits, fit_document):
     entry = fit_document["hp_power_laws"][0]
     law = fits.hp_law(entry["arch"], entry["schedule"], entry["target"], entry["compute"])

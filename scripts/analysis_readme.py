@@ -1,0 +1,89 @@
+"""Regenerate (or check) the generated tables of analysis/README.md from the committed artefacts.
+
+A generated block sits between two comments; the first names its source:
+
+    <!-- generated: k3scale study report ... --markdown -->   (a k3scale command's output)
+    <!-- generated: calibration analysis/results/calibration/cpu.json -->   (a calibration JSON)
+    <!-- generated: committed studies -->   (runs.parquet and study.json of each results folder)
+    ...
+    <!-- end generated -->
+
+Usage: .venv/bin/python scripts/analysis_readme.py [--check]. With --check it exits 1 when a
+block differs from what its source makes now (tests/analysis runs the same check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "analysis" / "README.md"
+BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
+
+
+def committed_studies() -> str:
+    """One row per results folder: runs by arm, code commits, wall time of the sweep."""
+    import polars as pl
+
+    rows = [
+        "| folder | preset | runs by arm | code commits | sweep wall time |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    for folder in sorted((ROOT / "analysis" / "results").glob("*/runs.parquet")):
+        runs = pl.read_parquet(folder)
+        record = json.loads((folder.parent / "study.json").read_text())
+        arms = runs["arm"].fill_null("tuned").value_counts().sort("arm").rows()
+        by_arm = ", ".join(f"{n} {arm}" for arm, n in arms)
+        rows.append(
+            f"| `results/{folder.parent.name}` | {record['preset']} | {runs.height} ({by_arm}) | "
+            f"{runs['git_sha'].n_unique()} | {record['sweep_s'] / 60:.1f} min |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def render(source: str) -> str:
+    """The Markdown a block's source makes now (paths relative to the repository root)."""
+    if source == "committed studies":
+        return committed_studies()
+    if source.startswith("calibration "):
+        from k3scale.bench.calibrate import markdown
+
+        return markdown(json.loads((ROOT / source.removeprefix("calibration ")).read_text()))
+    from k3scale.cli import main
+
+    words = shlex.split(source)
+    if words[0] != "k3scale":
+        raise ValueError(f"unknown generated-block source: {source}")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.chdir(ROOT):
+        code = main(words[1:])
+    if code != 0:
+        raise ValueError(f"`{source}` exited {code}")
+    return out.getvalue()
+
+
+def regenerate(text: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + render(m.group(2)) + m.group(4), text)
+
+
+def main(argv: list[str]) -> int:
+    text = README.read_text()
+    new = regenerate(text)
+    if "--check" in argv:
+        if new != text:
+            print(f"{README} has generated tables that differ from their sources", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new)
+    print(f"updated {len(BLOCK.findall(text))} generated blocks in {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
