@@ -19,6 +19,7 @@ import pytest
 from k3scale.data.sample import prepare_sample
 from k3scale.errors import K3ScaleError
 from k3scale.sweep.identity import check_identity, current_identity
+from tests.sweep.test_study_runs import study_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "experiments" / "k2_vs_k3.py"
@@ -53,20 +54,8 @@ def k3scale(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def run_smoke(study_dir: Path, data_root: Path, *extra: str) -> subprocess.CompletedProcess:
-    return k3scale(
-        "study",
-        "run",
-        str(SMOKE),
-        "--preset",
-        "smoke",
-        "--study-dir",
-        str(study_dir),
-        "--data-root",
-        str(data_root),
-        "--dataset",
-        "sample",
-        *extra,
-    )
+    # study_command's arguments after `python -m k3scale.cli`.
+    return k3scale(*study_command(SMOKE, study_dir, data_root)[3:], *extra)
 
 
 def one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
