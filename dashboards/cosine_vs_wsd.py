@@ -1,8 +1,9 @@
 """Dashboard of the cosine vs WSD study (experiments/cosine_vs_wsd.py).
 
 Order: what was run; the headline comparison (each schedule at its own tuned optimum, and the
-shared setting beside it); where the optima sit and how they move with compute; the landscapes
-behind them; frontiers per schedule; loss curves; Chinchilla views.
+shared setting beside it); loss vs LR per cell with both schedules on one axis; where the optima
+sit and how they move with compute; loss curves of every run, WSD trunks with their branches and
+the landscapes behind the optima; frontiers per schedule; IsoFLOP and Chinchilla views.
 """
 
 from k3scale.viz import frontier, hp, overview, schedules
@@ -10,6 +11,7 @@ from k3scale.viz.dashboard import (
     DashboardInputs,
     PanelList,
     add_curves_and_landscapes,
+    add_lr_sweeps,
     add_surfaces,
 )
 
@@ -20,6 +22,7 @@ def panels(inputs: DashboardInputs, page: PanelList) -> None:
     page.add(overview.overview_panel, inputs.runs)
     for arch in inputs.archs():
         page.add(schedules.schedule_comparison_panel, inputs.runs, arch, inputs.metric)
+    add_lr_sweeps(inputs, page, "schedule", "cosine")
     page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
     add_curves_and_landscapes(inputs, page)
     page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, "c_6n")

@@ -1,8 +1,8 @@
 """Dashboard of the K3-style vs K2-style study (experiments/k2_vs_k3.py).
 
 Order: what was run; the headline compute multiplier of K3 over K2 under both FLOP counts
-(methods.md 2.8); the frontiers it comes from; tuned optima vs compute; curves and landscapes
-behind the optima; Chinchilla views.
+(methods.md 2.8); the frontiers it comes from; loss vs LR per cell with both archs on one axis;
+tuned optima vs compute; curves and landscapes behind the optima; IsoFLOP and Chinchilla views.
 """
 
 from k3scale.viz import frontier, hp, overview
@@ -10,6 +10,7 @@ from k3scale.viz.dashboard import (
     DashboardInputs,
     PanelList,
     add_curves_and_landscapes,
+    add_lr_sweeps,
     add_surfaces,
 )
 
@@ -24,6 +25,7 @@ def panels(inputs: DashboardInputs, page: PanelList) -> None:
             page.add(frontier.multiplier_panel, fit)
     for compute in ("c_6n", "c_attn"):
         page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, compute)
+    add_lr_sweeps(inputs, page, "arch", "k2")
     page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
     add_curves_and_landscapes(inputs, page)
     add_surfaces(inputs, page)

@@ -1,6 +1,7 @@
 """k3scale.viz: plotly figures and offline HTML dashboards of a study's run tables and fits.
 
-Builders (`curves`, `landscape`, `hp`, `frontier`, `schedules`, `surface`, `overview`) take the
+Builders (`curves`, `trunks`, `landscape`, `lr_sweep`, `hp`, `frontier`, `schedules`, `isoflop`,
+`surface`, `overview`) take the
 run tables (INTERFACES.md section 9) and `fits.DashboardFits` and return a `panel.Panel`
 (a plotly Figure plus its one-line caption); they do no I/O. `dashboard` runs a layout from
 `dashboards/`, `page` renders the self-contained HTML, `export_png` writes PNGs via kaleido.

@@ -1,4 +1,8 @@
-"""Training and validation (ID, OOD) loss curves of one cell, coloured by trial, best highlighted."""
+"""Training and validation (ID, OOD) loss curves of every run, one cell at a time (a menu).
+
+Legends name a run by what a researcher set (peak LR, batch, seed, arm), never by its run id.
+A WSD branch's curve starts at its fork, so it is drawn with its trunk's curve up to there.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +13,35 @@ from plotly.subplots import make_subplots
 from k3scale.errors import K3ScaleError
 from k3scale.viz import theme
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import cell_label, cell_optima, require_columns
+from k3scale.viz.summaries import TUNED, cell_label, cell_optima, require_columns
 
 CURVE_METRICS = ("train/loss", "val/id_loss", "val/ood_loss")
 BEST_COLOUR = "#000000"
 
 
-def _trial_name(row: dict) -> str:
-    tag = (row.get("trial") or row["run_id"]).split("#")[-1]
-    return f"{tag} {row['arm']} lr={row['lr']:.2g} b={row['batch_size']}"
+def run_label(row: dict) -> str:
+    """'lr=0.0104 b=16 s0' (+ the arm when not a tuning trial) for legends and hovers."""
+    label = f"lr={row['lr']:.3g} b={row['batch_size']} s{row.get('seed') or 0}"
+    arm = row.get("arm") or TUNED
+    return label if arm == TUNED else f"{label} ({arm})"
 
 
-def _run_traces(row: dict, run_curves: pl.DataFrame, colour: str, best: bool) -> list[dict]:
+def with_trunk(run_id: str, trunk_id: str | None, by_run: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """A run's curve rows; a branch's are preceded by its trunk's rows before the fork."""
+    own = by_run.get(run_id)
+    trunk = by_run.get(trunk_id) if trunk_id else None
+    if own is None or trunk is None:
+        return own
+    first = own["tokens"].min()
+    return pl.concat([trunk.filter(pl.col("tokens") < first), own])
+
+
+def _run_traces(row: dict, rows: pl.DataFrame, colour: str, best: bool) -> list[dict]:
     """One trace per metric as plain dicts: plotly validates them once, in `add_traces`."""
-    name = _trial_name(row) + (" (best)" if best else "")
+    name = run_label(row) + (" (best)" if best else "")
     traces = []
     for col, metric in enumerate(CURVE_METRICS, start=1):
-        part = run_curves.filter(pl.col("metric") == metric).sort("tokens")
+        part = rows.filter(pl.col("metric") == metric).sort("tokens")
         if part.is_empty():
             continue
         traces.append(
@@ -36,14 +52,14 @@ def _run_traces(row: dict, run_curves: pl.DataFrame, colour: str, best: bool) ->
                 "mode": "lines+markers" if metric != "train/loss" else "lines",
                 "name": name,
                 "legendgroup": row["run_id"],
-                "showlegend": col == 1,
+                "showlegend": not traces,
                 "line": {
                     "color": BEST_COLOUR if best else colour,
                     "width": 3.5 if best else 1.2,
                     "dash": "solid" if row["status"] == "finished" else "dot",
                 },
-                "marker": {"size": 5},
-                "opacity": 1.0 if best else 0.65,
+                "marker": {"size": 6},
+                "opacity": 1.0 if best else 0.7,
                 "xaxis": f"x{'' if col == 1 else col}",
                 "yaxis": f"y{'' if col == 1 else col}",
                 "hovertemplate": f"{name}<br>%{{x:.3s}} tokens<br>loss %{{y:.4f}}<extra></extra>",
@@ -52,57 +68,110 @@ def _run_traces(row: dict, run_curves: pl.DataFrame, colour: str, best: bool) ->
     return traces
 
 
+def _cell_order(runs: pl.DataFrame) -> list[dict]:
+    return (
+        runs.select("cell", "arch", "schedule", "size", "budget_tokens", "n_active")
+        .unique("cell")
+        .sort("arch", "schedule", "n_active", "budget_tokens")
+        .to_dicts()
+    )
+
+
 def training_curves_panel(
-    runs: pl.DataFrame, curves: pl.DataFrame, cell: str, metric: str = "final_val_ood_loss"
+    runs: pl.DataFrame, curves: pl.DataFrame, metric: str = "final_val_ood_loss"
 ) -> Panel:
-    """Train, val-ID and val-OOD loss vs tokens of every run of `cell`; the best tuned trial bold.
+    """Train, val-ID and val-OOD loss vs tokens of every run, with a menu to pick the cell.
 
     Args:
         runs: run table (INTERFACES.md section 9).
         curves: curve table (`run_id, step, tokens, metric, value`).
-        cell: cell key, e.g. "k3-t2|D262144|cosine".
-        metric: run-table column that ranks trials (the study objective).
+        metric: run-table column that ranks trials (the study objective); the best tuned trial
+            of each cell is drawn bold.
     """
     require_columns(curves, ("run_id", "tokens", "metric", "value"), "the curve table")
-    cell_runs = runs.filter(pl.col("cell") == cell).sort("run_id")
-    if cell_runs.is_empty():
-        raise K3ScaleError(f"dashboard: cell {cell!r} has no runs in the run table")
-    optimum = cell_optima(cell_runs, metric)
-    best_id = optimum["run_id"][0] if optimum.height else None
-    cell_curves = curves.filter(pl.col("run_id").is_in(cell_runs["run_id"].implode()))
-    by_run = {key[0]: part for key, part in cell_curves.group_by("run_id")}
+    wanted = curves.filter(pl.col("metric").is_in(CURVE_METRICS))
+    by_run = {key[0]: part for key, part in wanted.group_by("run_id")}
+    if not by_run:
+        raise K3ScaleError("dashboard: the curve table holds no train or validation loss")
+    best = dict(cell_optima(runs, metric).select("cell", "run_id").rows())
+    trunks = dict(runs.select("run_id", "trunk_run_id").rows()) if "trunk_run_id" in runs else {}
     palette = plotly.colors.qualitative.Plotly
-    titles = [theme.loss_title(m) for m in CURVE_METRICS]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.07)
-    traces = []
-    ordered = sorted(cell_runs.iter_rows(named=True), key=lambda r: r["run_id"] == best_id)
-    for i, row in enumerate(ordered):
-        if row["run_id"] in by_run:
-            colour = palette[i % len(palette)]
-            traces += _run_traces(row, by_run[row["run_id"]], colour, row["run_id"] == best_id)
-    fig.add_traces(traces)
-    fig.update_xaxes(type="log", title_text="tokens seen (tokens)")
-    fig.update_yaxes(title_text=f"loss ({theme.LOSS_UNIT})", col=1)
-    first = cell_runs.row(0, named=True)
-    title = f"Loss curves, {cell_label(first['size'], first['budget_tokens'])}, {first['schedule']}"
-    theme.base_layout(fig, title, height=460)
-    counts = cell_runs["status"].value_counts()
-    count = dict(zip(counts["status"].to_list(), counts["count"].to_list()))
-    if best_id is None:
-        headline = "no trial finished"
-    else:
-        best = optimum.row(0, named=True)
-        headline = (
-            f"best trial lr={best['lr']:.3g}, batch={best['batch_size']} reaches "
-            f"{theme.METRIC_LABELS.get(metric, metric)} {best['loss']:.4f} {theme.LOSS_UNIT}"
-        )
-    caption = (
-        f"Loss vs tokens for the {cell_runs.height} runs of cell {cell} "
-        f"({count.get('diverged', 0)} diverged, {count.get('failed', 0)} failed; dotted); "
-        f"{headline} (bold black)."
+    traces, owner, cells = [], [], []
+    for cell in _cell_order(runs):
+        cell_runs = runs.filter(pl.col("cell") == cell["cell"]).sort("arm", "lr", "run_id")
+        drawn = 0
+        for i, row in enumerate(cell_runs.iter_rows(named=True)):
+            rows = with_trunk(row["run_id"], trunks.get(row["run_id"]), by_run)
+            if rows is None:
+                continue
+            is_best = row["run_id"] == best.get(cell["cell"])
+            new = _run_traces(row, rows, palette[i % len(palette)], is_best)
+            traces += new
+            owner += [len(cells)] * len(new)
+            drawn += 1
+        if drawn:
+            cells.append({**cell, "num_runs": drawn})
+    if not cells:
+        raise K3ScaleError("dashboard: no run of the run table has loss curves")
+    shown = _default_cell(cells)
+    for trace, i in zip(traces, owner):
+        trace["visible"] = i == shown
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=[theme.loss_title(m) for m in CURVE_METRICS],
+        horizontal_spacing=0.07,
+        shared_xaxes="all",
     )
-    return Panel(key=f"curves-{_slug(cell)}", figure=fig, caption=caption)
+    fig.add_traces(traces)
+    fig.update_xaxes(type="log", title_text=theme.TOKENS_TITLE)
+    fig.update_yaxes(title_text=f"loss ({theme.LOSS_UNIT})", col=1)
+    titles = [_title(c) for c in cells]
+    fig.update_layout(
+        updatemenus=[
+            {
+                "buttons": [
+                    {
+                        "label": title.removeprefix("Loss curves, "),
+                        "method": "update",
+                        "args": [{"visible": [o == i for o in owner]}, {"title.text": title}],
+                    }
+                    for i, title in enumerate(titles)
+                ],
+                "active": shown,
+                "direction": "down",
+                "x": 1.0,
+                "xanchor": "right",
+                "y": 1.2,
+                "yanchor": "top",
+            }
+        ]
+    )
+    theme.base_layout(fig, titles[shown], height=480)
+    fig.update_layout(margin={"t": 90})
+    return Panel(key="curves", figure=fig, caption=_caption(runs, cells))
 
 
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")
+def _default_cell(cells: list[dict]) -> int:
+    """The largest (size, budget) cell of the first (arch, schedule): where tuning matters most."""
+    first = [
+        i
+        for i, c in enumerate(cells)
+        if (c["arch"], c["schedule"]) == (cells[0]["arch"], cells[0]["schedule"])
+    ]
+    return first[-1]
+
+
+def _title(cell: dict) -> str:
+    return f"Loss curves, {cell_label(cell['size'], cell['budget_tokens'])}, {cell['schedule']}"
+
+
+def _caption(runs: pl.DataFrame, cells: list[dict]) -> str:
+    counts = dict(runs.group_by("status").len().rows())
+    return (
+        f"Train, val-ID and val-OOD loss vs tokens of the {sum(c['num_runs'] for c in cells)} "
+        f"runs of {len(cells)} cells (pick the cell in the menu; legend: peak LR, batch in "
+        "sequences, seed, and the arm when not a tuning trial); each cell's best tuned trial "
+        f"bold black; {counts.get('diverged', 0)} diverged and {counts.get('failed', 0)} failed "
+        "runs dotted; WSD branches include their trunk's curve up to the fork."
+    )

@@ -18,10 +18,21 @@ from pathlib import Path
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.viz import curves, frontier, hp, landscape, overview, schedules, surface
+from k3scale.viz import (
+    curves,
+    frontier,
+    hp,
+    isoflop,
+    landscape,
+    lr_sweep,
+    overview,
+    schedules,
+    surface,
+    trunks,
+)
 from k3scale.viz.fits import DashboardFits
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import representative_cells, require_columns
+from k3scale.viz.summaries import require_columns
 
 DEFAULT_METRIC = "final_val_ood_loss"
 # The project's layouts (issue 23: never a dashboards/ folder in the current directory).
@@ -66,14 +77,26 @@ class PanelList:
 
 
 def add_curves_and_landscapes(inputs: DashboardInputs, page: PanelList) -> None:
-    """Curves of each (arch, schedule)'s largest cell, then every (arch, schedule) landscape."""
-    for cell in representative_cells(inputs.runs):
-        page.add(curves.training_curves_panel, inputs.runs, inputs.curves, cell, inputs.metric)
+    """Every run's curves (a cell menu), WSD trunks with branches, every (arch, schedule) landscape."""
+    page.add(curves.training_curves_panel, inputs.runs, inputs.curves, inputs.metric)
+    if "wsd" in inputs.schedules():
+        page.add(trunks.wsd_branches_panel, inputs.runs, inputs.curves, inputs.metric)
     for arch, schedule in inputs.groups():
         page.add(landscape.lr_batch_landscape_panel, inputs.runs, arch, schedule, inputs.metric)
 
 
+def add_lr_sweeps(inputs: DashboardInputs, page: PanelList, arm_key: str, reference: str) -> None:
+    """Loss vs LR per design cell with both arms on one axis (per-arm tuning made visible), once
+    per value of the key the arms share (the arch when arms are schedules, and vice versa)."""
+    shared = inputs.archs() if arm_key == "schedule" else inputs.schedules()
+    for fixed in shared:
+        page.add(lr_sweep.lr_sweep_panel, inputs.runs, arm_key, reference, fixed, inputs.metric)
+
+
 def add_surfaces(inputs: DashboardInputs, page: PanelList) -> None:
+    """IsoFLOP views (loss vs N at fixed C), then Chinchilla views (loss vs N at fixed D)."""
+    for arch, schedule in inputs.groups():
+        page.add(isoflop.isoflop_panel, inputs.runs, arch, schedule, inputs.metric)
     for arch, schedule in inputs.groups():
         page.add(surface.surface_panel, inputs.runs, inputs.fits, arch, schedule, inputs.metric)
 
@@ -88,6 +111,7 @@ def generic_panels(inputs: DashboardInputs, page: PanelList) -> None:
     if {"cosine", "wsd"} <= set(inputs.schedules()):
         for arch in inputs.archs():
             page.add(schedules.schedule_comparison_panel, inputs.runs, arch, inputs.metric)
+        add_lr_sweeps(inputs, page, "schedule", "cosine")
     page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
     add_curves_and_landscapes(inputs, page)
     add_surfaces(inputs, page)

@@ -13,56 +13,66 @@ from k3scale.viz.fits import Band, DashboardFits, FrontierFit, MultiplierFit
 from k3scale.viz.panel import Panel
 from k3scale.viz.summaries import cell_optima, finished_with
 
-# Fitted curves are drawn this factor beyond the data on each side (dashed), to show where
-# extrapolation starts without suggesting the fit holds far away.
-EXTRAPOLATE = 4.0
+
+def clip_band(band: Band, lo: float, hi: float) -> Band:
+    """The part of `band` with lo <= x <= hi (bands may be evaluated beyond the data)."""
+    keep = [i for i, x in enumerate(band.x) if lo * (1 - 1e-9) <= x <= hi * (1 + 1e-9)]
+    x, low, high = ([v[i] for i in keep] for v in (band.x, band.lo, band.hi))
+    median = tuple(band.median[i] for i in keep) if band.median is not None else None
+    return Band(x=tuple(x), lo=tuple(low), hi=tuple(high), median=median)
 
 
-def band_traces(band: Band, colour: str, group: str) -> list[go.Scatter]:
-    """A filled percentile band (no legend entry) in `colour`."""
+def band_traces(band: Band, colour: str, group: str, name: str = "95% band") -> list[go.Scatter]:
+    """A filled percentile band in `colour`: lines only, so no stray markers at its vertices."""
+    if not band.x:
+        return []
     return [
         go.Scatter(
             x=list(band.x) + list(band.x)[::-1],
             y=list(band.hi) + list(band.lo)[::-1],
+            mode="lines",
             fill="toself",
             fillcolor=theme.band_fill(colour),
-            line={"width": 0},
+            line={"width": 0, "color": colour},
             hoverinfo="skip",
+            name=name,
             showlegend=False,
             legendgroup=group,
         )
     ]
 
 
-def _fit_traces(fit: FrontierFit, style: dict) -> list[go.Scatter]:
+def _fit_traces(fit: FrontierFit, style: dict, extrapolate: float) -> list[go.Scatter]:
     lo, hi = fit.data_range
+    band = clip_band(fit.band, lo / extrapolate, hi * extrapolate) if fit.band else None
+    traces = band_traces(band, style["colour"], style["name"]) if band else []
     inside = np.geomspace(lo, hi, 60)
-    below = np.geomspace(lo / EXTRAPOLATE, lo, 10)
-    above = np.geomspace(hi, hi * EXTRAPOLATE, 10)
-    traces = band_traces(fit.band, style["colour"], style["name"]) if fit.band else []
-    label = f"{style['name']} fit α={fit.params['alpha']:.3f}"
     traces.append(
         go.Scatter(
             x=inside,
             y=fit.predict(inside),
             mode="lines",
-            name=label,
+            name=f"{style['name']} fit α={fit.params['alpha']:.3f}",
             legendgroup=style["name"],
             line={"color": style["colour"], "width": 2.5, "dash": style["dash"]},
         )
     )
-    for part in (below, above):
-        traces.append(
-            go.Scatter(
-                x=part,
-                y=fit.predict(part),
-                mode="lines",
-                showlegend=False,
-                legendgroup=style["name"],
-                line={"color": style["colour"], "dash": "dot", "width": 1.2},
-                hoverinfo="skip",
+    if extrapolate > 1.0:
+        for part in (
+            np.geomspace(lo / extrapolate, lo, 10),
+            np.geomspace(hi, hi * extrapolate, 10),
+        ):
+            traces.append(
+                go.Scatter(
+                    x=part,
+                    y=fit.predict(part),
+                    mode="lines",
+                    showlegend=False,
+                    legendgroup=style["name"],
+                    line={"color": style["colour"], "dash": "dot", "width": 1.2},
+                    hoverinfo="skip",
+                )
             )
-        )
     return traces
 
 
@@ -71,10 +81,12 @@ def frontier_panel(
     fits: DashboardFits,
     metric: str = "final_val_ood_loss",
     compute: str = "c_6n",
+    extrapolate: float = 1.0,
 ) -> Panel:
     """All finished runs (faint), each cell's tuned optimum, and fitted L(C) with its band.
 
-    Log-log axes; fitted curves are dotted outside the fitted compute range.
+    Log-log axes. Fitted curves and bands stay inside the fitted compute range unless
+    `extrapolate` > 1 asks for that factor beyond it (then drawn dotted).
     """
     points = finished_with(runs, metric)
     optima = cell_optima(runs, metric)
@@ -110,15 +122,16 @@ def frontier_panel(
         )
         fit = fits.frontier(arch, schedule, compute)
         if fit is not None:
-            fig.add_traces(_fit_traces(fit, style))
+            fig.add_traces(_fit_traces(fit, style, extrapolate))
     fig.update_xaxes(type="log", title_text=theme.compute_title(compute))
     fig.update_yaxes(type="log", title_text=theme.loss_title(metric))
     theme.base_layout(fig, "Compute frontier L(C)", height=480)
-    return Panel(key=f"frontier-{compute}", figure=fig, caption=_frontier_caption(fits, compute))
+    groups = set(optima.select("arch", "schedule").unique().rows())
+    used = [f for f in fits.frontiers if f.compute == compute and (f.arch, f.schedule) in groups]
+    return Panel(key=f"frontier-{compute}", figure=fig, caption=_frontier_caption(used))
 
 
-def _frontier_caption(fits: DashboardFits, compute: str) -> str:
-    used = [f for f in fits.frontiers if f.compute == compute]
+def _frontier_caption(used: list[FrontierFit]) -> str:
     if not used:
         return "Loss vs compute of every run and each cell's optimum; no frontier fit supplied."
     parts = []
@@ -128,41 +141,43 @@ def _frontier_caption(fits: DashboardFits, compute: str) -> str:
         text += f" {theme.fmt_interval(*interval)}" if interval else ""
         text += f", E={fit.params['E']:.3g}" + ("" if fit.success else " (fit failed)")
         parts.append(text)
+    banded = sum(f.band is not None for f in used)
+    bands = (
+        "with its 95% bootstrap band"
+        if banded == len(used)
+        else f"({banded} of {len(used)} with a 95% bootstrap band)"
+    )
     return (
-        "Loss vs compute, each cell's optimum and the fitted L = E + A·C^-α with its 95% "
-        f"bootstrap band (dotted: extrapolation): {'; '.join(parts)}."
+        f"Loss vs compute, each cell's optimum and the fitted L = E + A·C^-α {bands}, drawn "
+        f"over the fitted compute range only: {'; '.join(parts)}."
     )
 
 
 def multiplier_panel(fit: MultiplierFit) -> Panel:
-    """M(C) = C_base(L_new(C)) / C with its band; solid inside the data, dotted outside."""
-    x = np.asarray(fit.band.x)
+    """M(C) = C_base(L_new(C)) / C with its band, over the compute both arms' data cover."""
+    lo, hi = fit.data_range
+    band = clip_band(fit.band, lo, hi)
+    if not band.x:
+        raise K3ScaleError(
+            f"dashboard: M(C) of {fit.new} over {fit.base} has no point inside the data range"
+        )
+    x = np.asarray(band.x)
     # Without a median, the band's geometric centre (M is a ratio).
     mid = np.asarray(
-        fit.band.median
-        if fit.band.median is not None
-        else np.sqrt(np.asarray(fit.band.lo) * np.asarray(fit.band.hi))
+        band.median
+        if band.median is not None
+        else np.sqrt(np.asarray(band.lo) * np.asarray(band.hi))
     )
-    lo, hi = fit.data_range
     colour = theme.ARCH_COLOURS.get(fit.new, theme.SCHEDULE_COLOURS.get(fit.new, "#444444"))
-    fig = go.Figure(band_traces(fit.band, colour, "M"))
+    fig = go.Figure(band_traces(band, colour, "M"))
     fig.add_trace(
         go.Scatter(
             x=x,
             y=mid,
-            mode="lines",
-            name="M(C), extrapolated",
-            line={"color": colour, "dash": "dot", "width": 1.5},
-        )
-    )
-    inside_x, inside_y = _clip_log(x, mid, lo, hi)
-    fig.add_trace(
-        go.Scatter(
-            x=inside_x,
-            y=inside_y,
-            mode="lines",
-            name="M(C), within data",
+            mode="lines+markers",
+            name="M(C)",
             line={"color": colour, "width": 3},
+            marker={"size": 6},
         )
     )
     if fit.shared_k is not None:
@@ -172,13 +187,11 @@ def multiplier_panel(fit: MultiplierFit) -> Panel:
             annotation_text=f"shared-exponent k = {fit.shared_k:.2f}",
         )
     fig.add_hline(y=1.0, line={"color": "#999999", "width": 1})
-    for edge in (lo, hi):
-        fig.add_vline(x=edge, line={"color": "#999999", "dash": "dot", "width": 1})
-    fig.update_xaxes(type="log", title_text=theme.compute_title(fit.compute))
+    fig.update_xaxes(type="log", title_text=theme.compute_title(fit.compute), range=_x_range(x))
     fig.update_yaxes(
         type="log",
         title_text=f"compute multiplier M of {fit.new} over {fit.base} (×, ratio)",
-        range=_y_range(x, mid, fit),
+        range=_y_range(band, mid, fit),
     )
     theme.base_layout(
         fig, f"Compute multiplier of {fit.new} over {fit.base} ({fit.fixed}, {fit.compute})"
@@ -186,51 +199,33 @@ def multiplier_panel(fit: MultiplierFit) -> Panel:
     return Panel(
         key=f"multiplier-{fit.new}-over-{fit.base}-{fit.fixed}-{fit.compute}",
         figure=fig,
-        caption=_multiplier_caption(fit, x, mid),
+        caption=_multiplier_caption(fit, band, mid),
+        note=theme.MULTIPLIER_NOTE.format(ref=fit.base, other=fit.new),
     )
 
 
-def _clip_log(x: np.ndarray, y: np.ndarray, lo: float, hi: float):
-    """Points of (x, y) within [lo, hi] plus the curve at lo and hi (interpolated in log-log)."""
-    ok = np.isfinite(y) & (y > 0)
-    x, y = x[ok], y[ok]
-    ends = np.exp(np.interp(np.log([lo, hi]), np.log(x), np.log(y)))
-    inside = (x > lo) & (x < hi)
-    return (
-        np.concatenate([[lo], x[inside], [hi]]),
-        np.concatenate([[ends[0]], y[inside], [ends[1]]]),
-    )
+def _x_range(x: np.ndarray) -> list[float]:
+    """log10 range of the M(C) points; one point gets a quarter decade either side."""
+    lo, hi = np.log10(x.min()), np.log10(x.max())
+    pad = 0.05 * (hi - lo) if hi > lo else 0.25
+    return [float(lo - pad), float(hi + pad)]
 
 
-def _y_range(x: np.ndarray, mid: np.ndarray, fit: MultiplierFit) -> list[float]:
-    """log10 y range: the curve everywhere and the band within the data, with some margin.
-
-    The band far outside the data can span decades and would flatten the informative part.
-    """
-    inside = (x >= fit.data_range[0]) & (x <= fit.data_range[1])
-    values = np.concatenate(
-        [mid, np.asarray(fit.band.lo)[inside], np.asarray(fit.band.hi)[inside], [1.0]]
-    )
-    values = values[np.isfinite(values) & (values > 0)]
-    return [float(np.log10(values.min()) - 0.1), float(np.log10(values.max()) + 0.1)]
+def _y_range(band: Band, mid: np.ndarray, fit: MultiplierFit) -> list[float]:
+    """log10 y range: the curve, its band, 1 and the shared k, with 0.05 decades of margin."""
+    values = [*mid, *band.lo, *band.hi, 1.0]
+    values += [fit.shared_k] if fit.shared_k is not None else []
+    return theme.log_range(values)
 
 
-def _log_interp(at: float, x: np.ndarray, y) -> float:
-    y = np.asarray(y, dtype=float)
-    ok = np.isfinite(y) & (y > 0)
-    if ok.sum() < 2:
-        return float("nan")
-    return float(np.exp(np.interp(np.log(at), np.log(x[ok]), np.log(y[ok]))))
-
-
-def _multiplier_caption(fit: MultiplierFit, x: np.ndarray, mid: np.ndarray) -> str:
-    at = fit.data_range[1]
-    value = _log_interp(at, x, mid)
-    lo, hi = _log_interp(at, x, fit.band.lo), _log_interp(at, x, fit.band.hi)
+def _multiplier_caption(fit: MultiplierFit, band: Band, mid: np.ndarray) -> str:
+    # Value, interval and compute all of one entry: the largest compute drawn.
+    i = int(np.argmax(band.x))
+    at, lo, hi = band.x[i], band.lo[i], band.hi[i]
     text = (
         f"Extra compute {fit.base} needs to match {fit.new}'s loss ({fit.fixed}, {fit.compute}): "
-        f"M = {value:.2f} {theme.fmt_interval(lo, hi)} at the largest data compute "
-        f"C = {theme.fmt_sci(at)} FLOPs (grey dotted lines: data range; band: 95% bootstrap)"
+        f"M = {mid[i]:.3g} {theme.fmt_interval(lo, hi)} at C = {theme.fmt_sci(at)} FLOPs, the "
+        f"largest of {len(band.x)} compute values where M is identified (band: 95% bootstrap)"
     )
     if fit.shared_k is not None:
         verdict = {True: "accepted", False: "rejected", None: "untested"}[fit.shared_accepted]

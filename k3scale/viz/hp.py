@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 from k3scale.errors import K3ScaleError
 from k3scale.viz import theme
 from k3scale.viz.fits import DashboardFits, HPLaw
+from k3scale.viz.frontier import band_traces, clip_band
 from k3scale.viz.panel import Panel
 from k3scale.viz.summaries import cell_optima
 
@@ -20,28 +21,17 @@ TARGETS = (("lr", theme.LR_TITLE), ("batch_tokens", theme.BATCH_TOKENS_TITLE))
 
 
 def _law_traces(law: HPLaw, style: dict, span: tuple[float, float], col: int) -> list:
+    """The fitted law and its band over the compute of the cells it was fitted to."""
     x = np.geomspace(span[0], span[1], 50)
-    name = f"{style['name']} law ∝ C^{law.exponent:.3f}"
-    traces = []
-    if law.band is not None:
-        traces.append(
-            go.Scatter(
-                x=list(law.band.x) + list(law.band.x)[::-1],
-                y=list(law.band.hi) + list(law.band.lo)[::-1],
-                fill="toself",
-                fillcolor=theme.band_fill(style["colour"]),
-                line={"width": 0},
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=style["name"],
-            )
-        )
+    traces = (
+        band_traces(clip_band(law.band, *span), style["colour"], style["name"]) if law.band else []
+    )
     traces.append(
         go.Scatter(
             x=x,
             y=law.predict(x),
             mode="lines",
-            name=name,
+            name=f"{style['name']} law ∝ C^{law.exponent:.3f}",
             legendgroup=style["name"],
             line={"color": style["colour"], "dash": style["dash"]},
             showlegend=col == 1,
@@ -90,7 +80,7 @@ def hp_optima_panel(
         raise K3ScaleError("dashboard: no finished tuned runs to take optima from")
     multi_arch = optima["arch"].n_unique() > 1
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1)
-    span = (optima[compute].min() / 2, optima[compute].max() * 2)
+    span = (optima[compute].min(), optima[compute].max())
     for (arch, schedule), part in optima.group_by("arch", "schedule", maintain_order=True):
         style = theme.group_style(arch, schedule, multi_arch)
         for col, (target, _) in enumerate(TARGETS, start=1):
@@ -103,7 +93,15 @@ def hp_optima_panel(
     for col, (_, title) in enumerate(TARGETS, start=1):
         fig.update_yaxes(type="log", title_text=title, row=1, col=col)
     theme.base_layout(fig, "Tuned optimum peak LR and batch vs compute")
-    return Panel(key=f"hp-optima-{compute}", figure=fig, caption=_caption(optima, fits, compute))
+    note = ""
+    if schedule_lr_ratios(optima):
+        note = theme.RATIO_NOTE.format(ref="lr*_cosine", other="lr*_WSD")
+    return Panel(
+        key=f"hp-optima-{compute}",
+        figure=fig,
+        caption=_caption(optima, fits, compute),
+        note=note,
+    )
 
 
 def schedule_lr_ratios(optima: pl.DataFrame) -> list[float]:

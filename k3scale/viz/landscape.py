@@ -17,7 +17,9 @@ from k3scale.viz.summaries import TUNED, cell_label, cell_optima, require_column
 # Colour scale tops out at this loss gap (nats/token): enough to separate good from bad trials
 # at the small scales k3scale runs (typical LR-sweep spreads are a few tenths of a nat).
 MAX_GAP = 0.3
-EDGE_COLOUR = "#ff7f0e"
+# Red is on no part of Viridis, so the optimum never reads as a good or bad trial; the edge
+# flag is the open symbol, not a second colour.
+OPTIMUM_COLOUR = "#e31a1c"
 
 
 def _cell_traces(tuned: pl.DataFrame, opt: dict, metric: str) -> list[go.Scatter]:
@@ -31,6 +33,9 @@ def _cell_traces(tuned: pl.DataFrame, opt: dict, metric: str) -> list[go.Scatter
             mode="markers",
             name="finished trial",
             legendgroup="finished",
+            # plotly.js cannot draw a numeric colour array as a legend swatch (it warns once per
+            # draw); the legend entry is `_legend_proxy` instead.
+            showlegend=False,
             marker={"color": gap, "coloraxis": "coloraxis", "size": 10, "line": {"width": 0.5}},
             customdata=ok[metric].to_list(),
             hovertemplate="lr %{x:.3g}<br>batch %{y}<br>loss %{customdata:.4f}<extra></extra>",
@@ -54,13 +59,13 @@ def _cell_traces(tuned: pl.DataFrame, opt: dict, metric: str) -> list[go.Scatter
             x=[opt["lr"]],
             y=[opt["batch_size"]],
             mode="markers+text" if edge_text else "markers",
-            name="optimum (orange: at range edge)",
+            name="optimum (open: at an edge of the values tried)",
             legendgroup="optimum",
             marker={
-                "symbol": "star",
+                "symbol": "star-open" if edge_text else "star",
                 "size": 18,
-                "color": EDGE_COLOUR if edge_text else "#ffd700",
-                "line": {"color": "black", "width": 1},
+                "color": OPTIMUM_COLOUR,
+                "line": {"color": OPTIMUM_COLOUR if edge_text else "black", "width": 2},
             },
             text=[f"edge: {edge_text}" if edge_text else ""],
             textposition="top center",
@@ -106,10 +111,15 @@ def lr_batch_landscape_panel(
         col = budgets.index(opt["budget_tokens"]) + 1
         for trace in _cell_traces(group.filter(pl.col("cell") == opt["cell"]), opt, metric):
             # One legend entry per kind, from the first cell that has points of that kind.
-            trace.showlegend = len(trace.x) > 0 and trace.legendgroup not in in_legend
+            trace.showlegend = (
+                trace.legendgroup != "finished"
+                and len(trace.x) > 0
+                and trace.legendgroup not in in_legend
+            )
             if trace.showlegend:
                 in_legend.add(trace.legendgroup)
             fig.add_trace(trace, row=row, col=col)
+    fig.add_trace(_legend_proxy())
     batches = sorted(group["batch_size"].unique().to_list())
     fig.update_xaxes(type="log", range=_log_range(group["lr"]))
     fig.update_xaxes(title_text=theme.LR_TITLE, row=len(sizes))
@@ -137,6 +147,19 @@ def lr_batch_landscape_panel(
         f"{theme.LOSS_UNIT}."
     )
     return Panel(key=f"landscape-{arch}-{schedule}", figure=fig, caption=caption)
+
+
+def _legend_proxy() -> go.Scatter:
+    """Legend swatch of the finished trials (an empty trace in one colour)."""
+    return go.Scatter(
+        x=[None],
+        y=[None],
+        mode="markers",
+        name="finished trial (colour: loss − cell best)",
+        legendgroup="finished",
+        marker={"color": "#3b528b", "size": 10},
+        hoverinfo="skip",
+    )
 
 
 def _log_range(values: pl.Series) -> list[float]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
@@ -50,7 +52,16 @@ def overview_panel(runs: pl.DataFrame) -> Panel:
     fig.update_xaxes(
         title_text="cell (size|D tokens|schedule)", tickangle=-60, tickfont={"size": 9}
     )
-    fig.update_yaxes(title_text="runs (count)", row=1, col=1)
+    # Counts get integer ticks: a step of at least one run, about six ticks.
+    most = max(counts["num_runs"].max(), 1)
+    fig.update_yaxes(
+        title_text="runs (count)",
+        tickformat="d",
+        dtick=max(1, math.ceil(most / 6)),
+        range=[0, most * 1.05],
+        row=1,
+        col=1,
+    )
     fig.update_yaxes(type="log", title_text="training compute 6·N_active·D (FLOPs)", row=1, col=2)
     theme.base_layout(fig, "Study overview", height=500)
     return Panel(key="overview", figure=fig, caption=_caption(runs, counts))

@@ -29,6 +29,7 @@ table.provenance td:first-child { color: #666; }
 nav a { margin-right: 12px; font-size: 13px; }
 section { margin: 24px 0 32px; }
 p.caption { font-size: 14px; margin: 4px 8px; color: #333; }
+p.note { font-size: 13px; margin: 2px 8px; color: #555; font-style: italic; }
 code { font-size: 12px; }
 """
 
@@ -100,9 +101,10 @@ def _section(panel: Panel) -> str:
         div_id=f"fig-{panel.key}",
         config=FIGURE_CONFIG,
     )
+    note = f'<p class="note">{html.escape(panel.note)}</p>' if panel.note else ""
     return (
         f'<section id="{panel.key}" class="panel">{body}'
-        f'<p class="caption">{html.escape(panel.caption)}</p></section>'
+        f'<p class="caption">{html.escape(panel.caption)}</p>{note}</section>'
     )
 
 

@@ -15,6 +15,8 @@ class Panel:
     """The plotly figure."""
     caption: str
     """One line: what the figure shows and its headline number."""
+    note: str = ""
+    """The sign or ratio convention, for figures that show a difference or a ratio."""
 
     @property
     def num_traces(self) -> int:

@@ -2,8 +2,9 @@
 
 Left column: each schedule at its own optimum (methods.md 3.4, the K3 report's design). Right
 column: the shared arm, WSD re-run at cosine's optimum (the design methods.md 3.2 argues is
-biased). Top row: loss per schedule with 95% t-intervals over seeds; bottom row: WSD − cosine
-with a Welch interval.
+biased). Top row: loss per schedule with 95% t-intervals over seeds; bottom row: cosine − WSD
+(reference − other, the sign `k3scale fit` reports) with a Welch interval where both sides have
+two or more runs.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ BASELINE, OTHER = "cosine", "wsd"
 
 
 def _error(mean: list[float], lo: list[float], hi: list[float]) -> dict:
-    up = [h - m if math.isfinite(h) else 0.0 for m, h in zip(mean, hi)]
-    down = [m - low if math.isfinite(low) else 0.0 for m, low in zip(mean, lo)]
+    """Error bars; a point without an interval (one run) gets none rather than a zero bar."""
+    up = [h - m if math.isfinite(h) else None for m, h in zip(mean, hi)]
+    down = [m - low if math.isfinite(low) else None for m, low in zip(mean, lo)]
     return {"type": "data", "array": up, "arrayminus": down, "visible": True}
 
 
@@ -44,7 +46,7 @@ def _pairs(own: pl.DataFrame, other: pl.DataFrame) -> list[dict]:
             & (pl.col("budget_tokens") == row["budget_tokens"])
         )
         if match.height:
-            diff = difference_interval(match["values"][0].to_list(), row["values"])
+            diff = difference_interval(row["values"], match["values"][0].to_list())
             pairs.append(
                 {
                     "label": cell_label(row["size"], row["budget_tokens"]),
@@ -92,7 +94,7 @@ def _column(fig: go.Figure, pairs: list[dict], col: int, other_name: str) -> Non
             x=labels,
             y=[d[0] for d in diff],
             mode="markers",
-            name=f"{OTHER} − {BASELINE} ({'own optima' if col == 1 else 'shared setting'})",
+            name=f"{BASELINE} − {OTHER} ({'own optima' if col == 1 else 'shared setting'})",
             marker={"color": "black", "size": 10, "symbol": "square"},
             error_y=_error([d[0] for d in diff], [d[1] for d in diff], [d[2] for d in diff]),
         ),
@@ -130,19 +132,38 @@ def schedule_comparison_panel(
     if shared_pairs:
         _column(fig, shared_pairs, 2, f"{OTHER} at {BASELINE}'s optimum")
     # Grouped scatter autoranges from zero, which flattens loss gaps of a few hundredths.
-    fig.update_yaxes(range=_loss_range(own_pairs + shared_pairs), row=1)
+    # Each subplot's y axis spans its own points, intervals and (for differences) zero.
+    for col, pairs in ((1, own_pairs), (2, shared_pairs)):
+        if pairs:
+            fig.update_yaxes(range=_loss_range(pairs), row=1, col=col)
+            diffs = [v for p in pairs for v in p["diff"]]
+            fig.update_yaxes(range=theme.linear_range([*diffs, 0.0]), row=2, col=col)
     fig.update_yaxes(title_text=theme.loss_title(metric), row=1, col=1)
-    fig.update_yaxes(title_text=f"{OTHER} − {BASELINE} ({theme.LOSS_UNIT})", row=2, col=1)
+    fig.update_yaxes(title_text=f"{BASELINE} − {OTHER} ({theme.LOSS_UNIT})", row=2, col=1)
     fig.update_xaxes(title_text="cell (model size, token budget D in tokens)", row=2)
     # Side by side within a cell: cosine left, WSD right.
     fig.update_layout(scattermode="group", scattergap=0.7)
     theme.base_layout(fig, f"Cosine vs WSD, {arch}", height=620)
+    bars = _num_bars(own_pairs) + _num_bars(shared_pairs)
     caption = (
         f"{arch}: {_summary(own_pairs, 'at own optima')}; "
         + (_summary(shared_pairs, "at the shared setting") if shared_pairs else "no shared arm")
-        + " (bars: 95% t-intervals over seeds)."
+        + (
+            f" (bars: 95% t-intervals over seeds on {bars} points; a point from one run has none)."
+            if bars
+            else " (one run per point: no intervals drawn)."
+        )
     )
-    return Panel(key=f"schedules-{arch}", figure=fig, caption=caption)
+    note = theme.DIFF_NOTE.format(ref=BASELINE, other=OTHER)
+    return Panel(key=f"schedules-{arch}", figure=fig, caption=caption, note=note)
+
+
+def _num_bars(pairs: list[dict]) -> int:
+    """Points of the figure that carry an interval (loss per schedule and the difference)."""
+    rows = [r for p in pairs for r in (p["base"], p["other"])]
+    return sum(math.isfinite(r["lo"]) for r in rows) + sum(
+        math.isfinite(p["diff"][1]) for p in pairs
+    )
 
 
 def _loss_range(pairs: list[dict]) -> list[float]:
@@ -161,16 +182,16 @@ def _loss_range(pairs: list[dict]) -> list[float]:
 def _summary(pairs: list[dict], where: str) -> str:
     diffs = [p["diff"][0] for p in pairs]
     rel = [p["rel"] for p in pairs]
-    wins = sum(d > 0 for d in diffs)
+    wins = sum(d < 0 for d in diffs)
     with_interval = [p for p in pairs if math.isfinite(p["diff"][1])]
-    clear = sum(p["diff"][1] > 0 for p in with_interval)
+    clear = sum(p["diff"][2] < 0 for p in with_interval)
     intervals = (
-        f"{clear} of {len(with_interval)} intervals above 0"
+        f"{clear} of {len(with_interval)} intervals below 0"
         if with_interval
         else "no intervals: one run per cell"
     )
     return (
-        f"WSD − cosine {where} averages {sum(diffs) / len(diffs):+.4f} {theme.LOSS_UNIT} "
+        f"{BASELINE} − {OTHER} {where} averages {sum(diffs) / len(diffs):+.4f} {theme.LOSS_UNIT} "
         f"({100 * sum(rel) / len(rel):+.2f}%), cosine lower in {wins}/{len(pairs)} cells "
         f"({intervals})"
     )

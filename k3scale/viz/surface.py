@@ -19,7 +19,7 @@ BUDGET_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564
 
 def _slice_traces(optima: pl.DataFrame, surface: SurfaceFit | None) -> list[go.Scatter]:
     traces = []
-    n_grid = np.geomspace(optima["n_active"].min() / 2, optima["n_active"].max() * 2, 60)
+    n_grid = np.geomspace(optima["n_active"].min(), optima["n_active"].max(), 60)
     for i, (budget,) in enumerate(sorted(optima.select("budget_tokens").unique().rows())):
         colour = BUDGET_COLOURS[i % len(BUDGET_COLOURS)]
         part = optima.filter(pl.col("budget_tokens") == budget).sort("n_active")
@@ -51,8 +51,9 @@ def _slice_traces(optima: pl.DataFrame, surface: SurfaceFit | None) -> list[go.S
 
 
 def _contour(optima: pl.DataFrame, surface: SurfaceFit) -> list:
-    n = np.geomspace(optima["n_active"].min() / 3, optima["n_active"].max() * 3, 60)
-    d = np.geomspace(optima["budget_tokens"].min() / 3, optima["budget_tokens"].max() * 3, 60)
+    # The fitted surface over the (N, D) box of the cells only: no extrapolation.
+    n = np.geomspace(optima["n_active"].min(), optima["n_active"].max(), 60)
+    d = np.geomspace(optima["budget_tokens"].min(), optima["budget_tokens"].max(), 60)
     z = surface.predict(n[None, :], d[:, None])
     n_opt, d_opt = compute_optimal_path(surface, n, d)
     return [

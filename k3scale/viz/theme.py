@@ -34,11 +34,32 @@ LR_TITLE = "peak learning rate (per step, dimensionless)"
 BATCH_TITLE = "batch size (sequences/step)"
 BATCH_TOKENS_TITLE = "batch size (tokens/step)"
 PARAMS_TITLE = "active parameters N (parameters)"
+TOKENS_TITLE = "tokens seen (tokens)"
+# One sign convention for every difference and ratio, the one `k3scale fit` and `report` print
+# (k3scale/scaling/schedule_compare.py: diff = L_reference - L_other).
+DIFF_NOTE = (
+    "Sign convention: a difference is reference − other ({ref} − {other}), so a negative value "
+    "means {ref} reaches the lower loss."
+)
+RATIO_NOTE = (
+    "Ratio convention: other / reference ({other} / {ref}); 1 means equal, above 1 means "
+    "{other}'s value is the larger."
+)
+MULTIPLIER_NOTE = (
+    "Ratio convention: M = C_{ref}(L_{other}(C)) / C, the compute {ref} needs to match "
+    "{other}'s loss over the compute {other} used; M > 1 means {other} needs less compute."
+)
 FIGURE_HEIGHT = 420
 GRID_COLOUR = "#e5ecf6"
 # A small white template: plotly's "plotly_white" is deep-copied into every figure it styles,
 # which costs ~0.1 s per figure; this carries only what the dashboards need.
-_AXIS = {"gridcolor": GRID_COLOUR, "linecolor": GRID_COLOUR, "zerolinecolor": GRID_COLOUR}
+# "power" ticks read 10^-3 on log axes, never the SI "100p" or "10B" plotly defaults to.
+_AXIS = {
+    "gridcolor": GRID_COLOUR,
+    "linecolor": GRID_COLOUR,
+    "zerolinecolor": GRID_COLOUR,
+    "exponentformat": "power",
+}
 TEMPLATE = {
     "layout": {
         "paper_bgcolor": "white",
@@ -100,6 +121,20 @@ def group_style(arch: str, schedule: str, multi_arch: bool) -> dict[str, str]:
         "symbol": SCHEDULE_SYMBOL.get(schedule, "square"),
         "name": f"{arch} {schedule}",
     }
+
+
+def log_range(values, pad: float = 0.05) -> list[float]:
+    """log10 axis range spanning the positive finite `values`, `pad` decades either side."""
+    finite = [math.log10(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    return [min(finite) - pad, max(finite) + pad]
+
+
+def linear_range(values, pad: float = 0.05) -> list[float]:
+    """Axis range spanning the finite `values` with `pad` of their span (or of |value|) either side."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    lo, hi = min(finite), max(finite)
+    margin = pad * ((hi - lo) or abs(hi) or 1.0)
+    return [lo - margin, hi + margin]
 
 
 def band_fill(colour: str, alpha: float = 0.18) -> str:

@@ -11,6 +11,7 @@ import re
 import statistics
 
 import numpy as np
+import plotly.colors
 import polars as pl
 import pytest
 from scipy import stats
@@ -65,19 +66,26 @@ def test_overview_counts_runs_by_status(runs):
     assert drawn_points(panel.figure) > 0
 
 
-def test_curves_highlight_the_best_trial(runs, curves):
+def test_curves_menu_holds_every_cell_and_highlights_its_best_trial(runs, curves):
+    panel = curves_mod.training_curves_panel(runs, curves, METRIC)
+    fig = panel.figure
+    (menu,) = fig.layout.updatemenus
+    assert len(menu.buttons) == runs["cell"].n_unique()
     cell = "k3-t3|D262144|cosine"
     best = best_tuned(runs, cell)
-    panel = curves_mod.training_curves_panel(runs, curves, cell, METRIC)
-    assert f"{best[METRIC]:.4f}" in panel.caption
-    bold = [t for t in panel.figure.data if t.line.width == 3.5]
+    i = next(i for i, b in enumerate(menu.buttons) if b.label == "k3-t3, D=2.6e5, cosine")
+    visible = [t for t, v in zip(fig.data, menu.buttons[i].args[0]["visible"]) if v]
+    assert len({t.legendgroup for t in visible}) == runs.filter(pl.col("cell") == cell).height
+    bold = [t for t in visible if t.line.width == 3.5]
     assert len(bold) == 3 and all("(best)" in t.name for t in bold)
+    assert bold[0].name == f"lr={best['lr']:.3g} b={best['batch_size']} s0 (best)"
     ood = curves.filter((pl.col("run_id") == best["run_id"]) & (pl.col("metric") == "val/ood_loss"))
     assert list(bold[2].y) == ood.sort("tokens")["value"].to_list()
-    num_runs = runs.filter(pl.col("cell") == cell).height
-    assert len({t.legendgroup for t in panel.figure.data}) == num_runs
-    assert panel.figure.layout.xaxis.type == "log"
-    assert "tokens" in panel.figure.layout.xaxis.title.text
+    # Legends name settings, never run ids.
+    assert not any(re.search(r"r\d{5}|[0-9a-f]{32}", t.name) for t in fig.data)
+    assert sum(t.visible for t in fig.data) < len(fig.data)
+    assert fig.layout.xaxis.type == "log"
+    assert "tokens" in fig.layout.xaxis.title.text
 
 
 def test_representative_cells_are_the_largest_of_each_group(runs):
@@ -103,8 +111,13 @@ def test_landscape_marks_optimum_and_edge_optima(runs):
         batch_edge = best["batch_size"] in (part["batch_size"].min(), part["batch_size"].max())
         edges += lr_edge or batch_edge
     assert f"{edges} of 6 optima sit at the edge" in panel.caption
-    stars = [t for t in panel.figure.data if t.marker.symbol == "star"]
+    stars = [t for t in panel.figure.data if t.marker.symbol in ("star", "star-open")]
     assert len(stars) == 6
+    assert sum(s.marker.symbol == "star-open" for s in stars) == edges
+    # The optimum's colour is on no part of the loss colour scale (where yellow means worst).
+    assert {s.marker.color for s in stars} == {landscape.OPTIMUM_COLOUR}
+    viridis = {c.lower() for c in plotly.colors.sequential.Viridis}
+    assert landscape.OPTIMUM_COLOUR.lower() not in viridis
     best_lrs = sorted(best_tuned(runs, c)["lr"] for c in tuned["cell"].unique())
     assert sorted(s.x[0] for s in stars) == best_lrs
     assert panel.figure.layout.xaxis.type == "log"
@@ -185,10 +198,19 @@ def test_multiplier_caption_states_m_at_the_largest_compute_and_shared_k(fits, f
         if c["fixed"] == "cosine" and c["compute"] == "c_6n"
     )
     groups = comp["result"]["groups"]
-    at = comp["result"]["data_compute_range"][1]
-    expected = multiplier_at(groups["k2"], groups["k3"], [at])[0]
-    shown = float(re.search(r"M = ([0-9.]+)", panel.caption).group(1))
-    assert shown == pytest.approx(expected, rel=0.02)
+    # Value, interval and compute of one entry: the largest compute inside the data.
+    top = comp["result"]["data_compute_range"][1]
+    entry = max(
+        (m for m in comp["result"]["multiplier"] if m["compute"] <= top * (1 + 1e-9)),
+        key=lambda m: m["compute"],
+    )
+    expected = multiplier_at(groups["k2"], groups["k3"], [entry["compute"]])[0]
+    shown = re.search(r"M = ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] at C = (\S+) FLOPs", panel.caption)
+    assert float(shown.group(1)) == pytest.approx(expected, rel=0.02)
+    assert [float(shown.group(i)) for i in (2, 3)] == pytest.approx(entry["ci"], rel=0.01)
+    assert float(shown.group(4)) == pytest.approx(entry["compute"], rel=0.01)
+    assert max(panel.figure.data[0].x) <= top * (1 + 1e-9)
+    assert "M > 1 means k3 needs less compute" in panel.note
     shared = comp["result"]["shared_exponent"]
     assert f"shared-exponent k = {shared['multiplier']:.2f}" in panel.caption
     assert "accepted" in panel.caption

@@ -31,6 +31,7 @@ def test_render_2000_run_study(tmp_path):
         f"\nrender {runs.height} runs / {curves.height} curve rows: {len(panels)} figures, "
         f"{len(text) / 1e6:.1f} MB, {wall:.2f} s wall, {cpu:.2f} s CPU"
     )
-    assert not skipped
-    assert len(panels) == 19
+    # The fixture has no WSD branches and its size x budget grid no shared compute level.
+    assert all(n.startswith(("no WSD branch", "no IsoFLOP view")) for n in skipped)
+    assert len(panels) == 18
     assert wall < GENEROUS_BOUND_S
