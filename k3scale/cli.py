@@ -16,9 +16,10 @@ from k3scale.errors import K3ScaleError
 
 GROUPS = ("data", "model", "train", "study", "export", "fit", "dashboard", "bench", "ui")
 
-# platform.md section 9: set in every entry point, before Ray or MLflow are imported.
+# Set in every entry point, before Ray or MLflow are imported. Ray's RAY_AUTH_MODE is not among
+# them: the Ray a study starts for itself sets token auth (k3scale/sweep/run.py), and a cluster
+# a study joins or is submitted to keeps the mode its owner gave it (issue 23).
 _ENTRY_ENV = {
-    "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "TOKENIZERS_PARALLELISM": "false",

@@ -12,7 +12,7 @@ import pytest
 def pytest_configure(config) -> None:
     from k3scale.cli import set_entry_environment
 
-    # The same environment as every entry point: no telemetry, Ray auth off (platform.md 9).
+    # The same environment as every entry point: no telemetry (platform.md 9).
     set_entry_environment()
 
 

@@ -10,8 +10,17 @@ from pathlib import Path
 import pytest
 
 from k3scale.cli import build_parser, main
+from k3scale.data.sample import prepare_sample
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sample_data(tmp_path_factory) -> tuple[str, ...]:
+    """`--set` flags pointing a run at the committed sample, prepared in a temporary folder."""
+    root = tmp_path_factory.mktemp("data")
+    prepare_sample(root, vocab_size=512)
+    return ("--set", f"data.root={root}", "--set", "data.dataset=sample")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -47,43 +56,16 @@ def test_help_lists_every_command_group():
         assert f"    {group}" in result.stdout
 
 
-@pytest.mark.parametrize(
-    ("args", "fragment"),
-    [
-        (("train", "--set", "optim.lrr=1", "--dry-run"), "optim.lrr: unknown key 'lrr'"),
-        (("train", "--preset", "nope", "--dry-run"), "nope"),
-        (("study", "plan", "experiments/missing.py"), "does not exist"),
-        (("model", "info", "k9-t0"), "k9-t0"),
-        (("train", "--set", "optim.lr=inf", "--dry-run"), "optim.lr: must be finite and > 0"),
-        (("nonsense",), "invalid choice"),
-    ],
-)
-def test_bad_input_is_one_line_and_a_nonzero_exit(args, fragment):
-    result = run_cli(*args)
-    assert result.returncode != 0
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert fragment in lines[0]
-    assert "Traceback" not in result.stderr
-
-
-def test_a_malformed_study_file_is_one_line(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("from k3scale.sweep.declaration import Study\nSTUDY = Study(name=1)\n")
-    result = run_cli("study", "plan", str(bad))
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "bad.py" in result.stderr
-
-
 def test_main_returns_2_on_a_bad_override_and_debug_raises():
     assert main(["train", "--set", "optim.lr=x", "--dry-run"]) == 2
     with pytest.raises(Exception, match=r"optim\.lr: expected a float"):
         main(["--debug", "train", "--set", "optim.lr=x", "--dry-run"])
 
 
-def test_dry_run_of_a_huge_budget_returns_at_once():
-    """A 1e23-token budget (2.4e19 steps) once hung building a per-step LR list (issue 23)."""
-    result = run_cli("train", "--set", "train.budget_tokens=1e23", "--dry-run")
+def test_dry_run_of_a_huge_budget_returns_at_once(sample_data):
+    """A 1e11-token budget (24M steps) once took 29 s and 1.4 GB building a per-step LR list;
+    1e23 hung (issue 23; it is now refused, see tests/test_bad_input.py)."""
+    result = run_cli("train", *sample_data, "--set", "train.budget_tokens=1e11", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "last step" in result.stdout
 
@@ -96,8 +78,8 @@ def test_dry_run_of_a_huge_budget_returns_at_once():
         (("--preset", "k3-t0", "--set", "optim.per_head_muon=false"), "per-head Muon off"),
     ],
 )
-def test_k3_runs_outside_a_study_default_to_per_head_muon(args, expected):
-    result = run_cli("train", *args, "--dry-run")
+def test_k3_runs_outside_a_study_default_to_per_head_muon(sample_data, args, expected):
+    result = run_cli("train", *args, *sample_data, "--dry-run")
     assert result.returncode == 0, result.stderr
     assert expected in result.stdout
 
@@ -133,6 +115,6 @@ FROZEN = {
     "k3scale study submit": "--address --data-root --dataset --help --preset --storage --study-dir "
     "--tracking-uri -h <study>",
     "k3scale train": "--config --dry-run --experiment --help --no-resume --out --preset --set "
-    "--tracking-uri -h",
+    "--steps --tracking-uri -h",
     "k3scale ui": "--artifacts-dir --backend-store-uri --help --host --i-know --port --study-dir -h",
 }

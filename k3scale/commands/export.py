@@ -9,9 +9,9 @@ def register(sub) -> None:
     parser = sub.add_parser(
         "export",
         help="write a study's run table and curves as parquet (from MLflow or replicas)",
-        description="Export one MLflow experiment to runs.parquet and curves.parquet "
-        "(INTERFACES.md section 9). Reads the server in batches; falls back to the JSONL "
-        "replicas under --replicas when no server answers.",
+        description="Export one MLflow experiment to runs.parquet and curves.parquet (their "
+        "columns: k3scale/scaling/tables.py). Reads the server in batches; falls back to the "
+        "JSONL replicas under --replicas when no server answers.",
     )
     parser.add_argument("--experiment", required=True, help="MLflow experiment (= study) name")
     parser.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI)")

@@ -100,36 +100,40 @@ def _require(args, *names: str) -> None:
 def _fit_table(args, workers: int) -> int:
     import json
 
+    from k3scale.commands.output import heartbeat
     from k3scale.scaling import generic
     from k3scale.scaling.result import round_floats
 
+    beat = heartbeat(_fitting(args, workers))
     if args.analysis == "surface":
         _require(args, "n_col", "d_col", "loss_col")
-        out = generic.surface_from_csv(
-            args.csv,
-            n_col=args.n_col,
-            d_col=args.d_col,
-            loss_col=args.loss_col,
-            exclude_col=args.exclude_col,
-            num_resamples=args.bootstrap,
-            seed=args.seed,
-            workers=workers,
-            grid=args.grid,
-        )
+        with beat:
+            out = generic.surface_from_csv(
+                args.csv,
+                n_col=args.n_col,
+                d_col=args.d_col,
+                loss_col=args.loss_col,
+                exclude_col=args.exclude_col,
+                num_resamples=args.bootstrap,
+                seed=args.seed,
+                workers=workers,
+                grid=args.grid,
+            )
     else:
         _require(args, "compute_col", "loss_col", "group_col", "baseline")
         at = generic.parse_compute_list(args.at) if args.at else None
-        out = generic.frontier_from_csv(
-            args.csv,
-            compute_col=args.compute_col,
-            loss_col=args.loss_col,
-            group_col=args.group_col,
-            baseline=args.baseline,
-            at=at,
-            num_resamples=args.bootstrap,
-            seed=args.seed,
-            workers=workers,
-        )
+        with beat:
+            out = generic.frontier_from_csv(
+                args.csv,
+                compute_col=args.compute_col,
+                loss_col=args.loss_col,
+                group_col=args.group_col,
+                baseline=args.baseline,
+                at=at,
+                num_resamples=args.bootstrap,
+                seed=args.seed,
+                workers=workers,
+            )
     if out["duplicates"]:
         print(
             f"k3scale fit: warning: {out['duplicates']} duplicated row(s) of {args.csv} "
@@ -139,8 +143,52 @@ def _fit_table(args, workers: int) -> int:
     if args.json:
         print(json.dumps(round_floats(out), sort_keys=True))
     else:
-        print(generic.render(args.analysis, out))
+        print(render(args.analysis, out))
     return 0
+
+
+def _fitting(args, workers: int) -> str:
+    """What the heartbeat says runs: 'k3scale fit surface: fitting, 1000 bootstrap resamples on
+    2 processes'."""
+    resamples = f"{args.bootstrap} bootstrap resamples" if args.bootstrap else "no bootstrap"
+    return f"k3scale fit {args.analysis}: fitting, {resamples} on {workers} process(es)"
+
+
+def render(kind: str, out: dict) -> str:
+    """Human summary of a generic fit; every number rounded to what its interval justifies."""
+    from k3scale.commands.output import with_interval
+
+    if kind == "surface":
+        lines = [
+            f"L(N,D) = E + A/N^alpha + B/D^beta on {out['n_points']} points "
+            f"({out['excluded']} excluded); success={out['success']}"
+        ]
+        for name in ("E", "A", "B", "alpha", "beta", "a", "b"):
+            lines.append(f"  {name:6s} {with_interval(out[name], out['ci'].get(name))}")
+        return "\n".join(lines)
+    lines = [f"baseline {out['baseline']}"]
+    for name, fit in out["groups"].items():
+        params = "  ".join(
+            f"{p}={with_interval(fit[p], fit.get('ci', {}).get(p))}" for p in ("E", "A", "alpha")
+        )
+        lines.append(f"  {name}: {params}")
+    for m in out["multiplier"]:
+        ruling = "" if m.get("verdict") in (None, "identified") else f" ({m['verdict']})"
+        lines.append(
+            f"  M({m['compute']:.3g}) {m['group']} = {with_interval(m['value'], m.get('ci'))}"
+            f"{ruling}"
+        )
+    shared = out["shared_exponent"]
+    p_value = shared.get("p_value")
+    if p_value is None:
+        p_text = "p undefined"
+    else:
+        p_text = "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
+    lines.append(
+        f"  shared exponent: {p_text}, "
+        f"multiplier {with_interval(shared.get('multiplier'), shared.get('ci'))}"
+    )
+    return "\n".join(lines)
 
 
 def _fit_recipe(args, workers: int) -> int:
@@ -164,7 +212,10 @@ def _fit_recipe(args, workers: int) -> int:
         workers=workers,
         surface_grid=args.grid,
     )
-    results = recipe.run(runs, curves, options)
+    from k3scale.commands.output import heartbeat
+
+    with heartbeat(_fitting(args, workers)):
+        results = recipe.run(runs, curves, options)
     opts = {k: v for k, v in options.to_dict().items() if k != "workers"}
     payload = {
         "analysis": args.analysis,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from k3scale.errors import K3ScaleError
 
 
@@ -119,7 +121,68 @@ def _plan(args) -> int:
         f"{cost['cells']} cells, {cost['tuning_trials']} tuning trials + {cost['extra_runs']} extra runs; "
         f"{cost['tokens']:,} tuning tokens, {cost['flops']:.3g} FLOPs (WSD trunks counted once)"
     )
+    print(_search_ranges(preset))
+    print(_wall_clock(study, preset))
     return 0
+
+
+def _search_ranges(preset) -> str:
+    space = preset.search
+    return (
+        f"search: peak lr log-uniform in [{space.lr_low:g}, {space.lr_high:g}], batch size in "
+        f"{{{', '.join(str(b) for b in space.batch_sizes)}}} sequences of {preset.seq_len} "
+        f"tokens; {preset.trials_per_cell} trials per cell (seed {preset.seeds[0]}), "
+        f"{_reruns(preset.seeds)}; lr_min {preset.lr_min:g}, warmup "
+        f"{preset.warmup_fraction:.0%} of the smallest budget"
+    )
+
+
+def _reruns(seeds) -> str:
+    if len(seeds) < 2:
+        return "best point not re-run"
+    return f"best point re-run with seeds {', '.join(str(s) for s in seeds[1:])}"
+
+
+def _wall_clock(study, preset) -> str:
+    """The estimated wall-clock on this machine, and the model behind it."""
+    import os
+
+    from k3scale.sweep.planner import estimate_wall_s, measured_throughput
+
+    if preset.gpus_per_trial > 0:
+        return "wall-clock: not estimated (no measured throughput of GPU trials in the repository)"
+    model = measured_throughput()
+    if model is None:
+        return "wall-clock: not estimated (no committed study results to fit a throughput model to)"
+    import torch
+
+    from k3scale.commands.output import at_place
+    from k3scale.train.perf import measure_matmul_peak
+
+    torch.set_num_threads(preset.threads_per_trial)
+    peak = measure_matmul_peak(torch.float32)
+    slots = max(1, (os.cpu_count() or 1) // preset.threads_per_trial)
+    minutes = estimate_wall_s(study, preset, model, peak, slots) / 60
+    return (
+        f"wall-clock: about {at_place(minutes, math.floor(math.log10(minutes)))} min on this "
+        f"machine ({slots} trials at a time)\n  model: seconds per trial = tokens x (a + F/R + "
+        f"c N/B) + {model.trial_overhead_s:.1f} s, F = FLOPs per token, N = parameters, B = "
+        "tokens per step, per arch ("
+        + ", ".join(
+            f"{arch}: a {model.per_token_s[arch] * 1e6:.0f} us, R "
+            f"{model.flops_per_s[arch] / 1e9:.0f} GFLOP/s, c {model.step_s_per_param[arch]:.2g} s"
+            for arch in sorted(model.per_token_s)
+        )
+        + f") fitted to {model.num_runs} committed runs in {_relative(model.source)}, scaled by their "
+        f"fp32 matmul peak {model.peak_flops / 1e9:.0f} GFLOP/s over this machine's, "
+        f"{peak / 1e9:.0f} GFLOP/s on {preset.threads_per_trial} thread(s), measured now"
+    )
+
+
+def _relative(path: str) -> str:
+    import os
+
+    return os.path.relpath(path)
 
 
 def _submit(args) -> int:
@@ -150,17 +213,16 @@ def _submit(args) -> int:
     ):
         if value:
             command += [flag, value]
-    client = JobSubmissionClient(args.address)
-    env = {
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-    }
+    try:
+        client = JobSubmissionClient(args.address)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise K3ScaleError(f"cannot reach the Ray dashboard at {args.address}: {first}") from None
     job_id = client.submit_job(
         entrypoint=" ".join(command),
         runtime_env={
             "working_dir": str(Path.cwd()),
-            "env_vars": env,
+            "env_vars": job_env(),
             "excludes": [".venv", "studies", "data_cache", ".git", "runs"],
         },
     )
@@ -168,6 +230,14 @@ def _submit(args) -> int:
     print(f"follow it:  ray job logs --follow {job_id} --address {args.address}")
     print(f"its state:  ray job status {job_id} --address {args.address}")
     return 0
+
+
+def job_env() -> dict[str, str]:
+    """Environment of a submitted study's job. No RAY_AUTH_* variable: the job runs under the
+    cluster's own auth mode and token, and this client reaches the cluster with the mode and
+    token of the caller's environment (Ray's RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH), never with
+    auth turned off on its behalf."""
+    return {"RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
 def _status(args) -> int:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import sys
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
+
+# Token counts are logged as float64 metrics (MLflow has no other kind); above 2**53 consecutive
+# counts are no longer distinct, so a budget beyond that is refused as an input error.
+MAX_BUDGET_TOKENS = 2**53
 
 
 def register(sub) -> None:
@@ -20,7 +26,7 @@ def register(sub) -> None:
     source.add_argument(
         "--config",
         metavar="MODULE:FUNCTION",
-        help="a function returning a RunConfig, e.g. experiments/mine.py:config or pkg.mod:fn",
+        help="a function returning a RunConfig: PATH.py:FUNCTION or package.module:FUNCTION",
     )
     parser.add_argument(
         "--set",
@@ -30,12 +36,20 @@ def register(sub) -> None:
         metavar="KEY=VALUE",
         help="dotted override checked against the config, e.g. --set optim.lr=1e-3 (repeatable)",
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        metavar="N",
+        help="train N optimizer steps: sets train.budget_tokens to N x batch_size x seq_len",
+    )
     parser.add_argument("--out", help="run folder (sets train.out_dir)")
     parser.add_argument("--tracking-uri", help="MLflow server URL (default: replica only)")
     parser.add_argument("--experiment", help="MLflow experiment name (sets track.experiment)")
     parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
     parser.add_argument(
-        "--dry-run", action="store_true", help="print N, D, C and the LR schedule, train nothing"
+        "--dry-run",
+        action="store_true",
+        help="check the dataset and the schedule, print N, D, C and the LR schedule, train nothing",
     )
     parser.set_defaults(handler=run_train)
 
@@ -54,6 +68,15 @@ def run_train(args) -> int:
     if args.experiment:
         extra.append(f"track.experiment={args.experiment}")
     cfg = apply_overrides(cfg, extra)
+    if args.steps is not None:
+        cfg = _with_steps(cfg, args.steps, args.overrides)
+    epochs = check_inputs(cfg)
+    if epochs > 1:
+        print(
+            f"k3scale train: warning: the run reads its training split {epochs:.3g} times "
+            "(it repeats its data); lower the budget or use a larger dataset",
+            file=sys.stderr,
+        )
     if args.dry_run:
         print(describe_run(cfg))
         return 0
@@ -67,6 +90,54 @@ def run_train(args) -> int:
         f"MFU {result.mfu:.1%}, run {result.run_id} in {result.out_dir}"
     )
     return 0 if result.status in ("finished", "stopped") else 1
+
+
+def _with_steps(cfg, steps: int, overrides: list[str]):
+    if steps < 1:
+        raise K3ScaleError(f"--steps {steps}: must be >= 1")
+    if any(o.partition("=")[0].strip() == "train.budget_tokens" for o in overrides):
+        raise K3ScaleError("give --steps or --set train.budget_tokens, not both")
+    budget = steps * cfg.train.batch_size * cfg.data.seq_len
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, budget_tokens=budget))
+
+
+def check_inputs(cfg) -> float:
+    """Refuse what would fail later (a missing dataset, an impossible schedule, a budget too
+    large to count) before anything is built; returns how many times the run reads its
+    training split.
+
+    Raises:
+        K3ScaleError: one line naming the setting to change.
+    """
+    from k3scale.data import open_dataset
+    from k3scale.data.dataset import HEADER, resolve_dataset_dir
+    from k3scale.data.loader import count_windows
+    from k3scale.train import plan_run
+
+    if cfg.train.budget_tokens > MAX_BUDGET_TOKENS:
+        raise K3ScaleError(
+            f"train.budget_tokens={cfg.train.budget_tokens:.3g} is above 2**53 ({MAX_BUDGET_TOKENS:.2g}) "
+            "tokens, beyond what a run can count exactly"
+        )
+    folder = resolve_dataset_dir(cfg.data.dataset, cfg.data.root)
+    if not (folder / HEADER).is_file():
+        raise K3ScaleError(
+            f"no prepared dataset {cfg.data.dataset!r} under data.root={cfg.data.root} "
+            f"({folder} has no {HEADER}); point --set data.root=DIR (or data.dataset=PATH) at "
+            "one, or prepare it with `k3scale data prepare`"
+        )
+    dataset = open_dataset(cfg.data.dataset, root=cfg.data.root)
+    try:
+        plan = plan_run(cfg)
+    except ValueError as exc:  # the schedule's own checks name the setting
+        raise K3ScaleError(str(exc)) from None
+    windows = count_windows(dataset.num_tokens("train"), cfg.data.seq_len)
+    if windows < 1:
+        raise K3ScaleError(
+            f"the training split of {dataset.path} is shorter than one window of data.seq_len="
+            f"{cfg.data.seq_len} tokens"
+        )
+    return plan.total_steps * cfg.train.batch_size / windows
 
 
 def describe_run(cfg) -> str:

@@ -33,8 +33,8 @@ DIVERGED_OBJECTIVE = 50.0
 # Relaunches of a trial whose run could not reach MLflow before training (the server died
 # between the driver's check and the run's start); each one follows a fresh server check.
 MAX_TRACKING_RELAUNCHES = 3
+# Ray's auth mode is not set here: a trial's process has the mode of the Ray that started it.
 _ENV = {
-    "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
     "MLFLOW_DISABLE_TELEMETRY": "true",
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from k3scale.config import (
     DataConfig,
@@ -18,10 +19,15 @@ from k3scale.config import (
     TrackConfig,
     TrainConfig,
 )
+from k3scale.errors import K3ScaleError
 from k3scale.models import accounting
 from k3scale.models.presets import get_preset
 from k3scale.sweep.declaration import Study, StudyPreset
 from k3scale.track import schema
+
+# Committed study results (run tables with per-step tokens/s and MFU) the wall-clock estimate of
+# `k3scale study plan` is fitted to.
+MEASURED_STUDIES = Path(__file__).resolve().parents[2] / "analysis" / "results"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,3 +163,109 @@ def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
         "tokens": tokens,
         "flops": flops,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputModel:
+    """Seconds per training token of a trial as `per_token_s + F / flops_per_s + N / B *
+    step_s_per_param` (per arch): F the attention-inclusive FLOPs per token, N the total
+    parameters, B the tokens per step (the optimizer's per-step work is spread over B), plus
+    `trial_overhead_s` per trial (start, evaluations, checkpoints); measured on a machine whose
+    fp32 matmul peak per trial was `peak_flops`, and scaled by the ratio of peaks elsewhere."""
+
+    per_token_s: dict[str, float]
+    flops_per_s: dict[str, float]
+    step_s_per_param: dict[str, float]
+    trial_overhead_s: float
+    peak_flops: float
+    num_runs: int
+    source: str
+
+
+def measured_throughput(results: Path = MEASURED_STUDIES) -> ThroughputModel | None:
+    """Fit the model to the committed studies' runs: each run's median `perf/tokens_per_s` and
+    `perf/mfu` (its peak is tokens/s x F / MFU), least squares per arch, and the per-trial
+    overhead from each study.json's busy trial time beyond its runs' training time."""
+    import json
+
+    import numpy as np
+    import polars as pl
+
+    tables, overhead_s, num_trials = [], 0.0, 0
+    for folder in sorted(p for p in results.glob("*") if (p / "runs.parquet").is_file()):
+        runs = pl.read_parquet(folder / "runs.parquet")
+        rates = (
+            pl.read_parquet(folder / "curves.parquet")
+            .filter(pl.col("metric").is_in(["perf/tokens_per_s", "perf/mfu"]))
+            .group_by("run_id", "metric")
+            .agg(pl.col("value").median())
+            .pivot(on="metric", index="run_id", values="value")
+        )
+        table = runs.join(rates, on="run_id").select(
+            "arch",
+            "tokens",
+            F="flops_per_token_attn",
+            NB=pl.col("n_total") / pl.col("batch_tokens"),
+            tps="perf/tokens_per_s",
+            mfu="perf/mfu",
+        )
+        record = folder / "study.json"
+        if record.is_file():
+            busy = json.loads(record.read_text()).get("busy_trial_s", 0.0)
+            overhead_s += busy - float((table["tokens"] / table["tps"]).sum())
+            num_trials += table.height
+        tables.append(table)
+    if not tables:
+        return None
+    table = pl.concat(tables)
+    per_token, rate, per_param = {}, {}, {}
+    for arch in table["arch"].unique().sort().to_list():
+        rows = table.filter(pl.col("arch") == arch)
+        design = np.c_[np.ones(rows.height), rows["F"].to_numpy(), rows["NB"].to_numpy()]
+        coef = np.linalg.lstsq(design, 1 / rows["tps"].to_numpy(), rcond=None)[0]
+        per_token[arch], rate[arch], per_param[arch] = float(coef[0]), 1 / coef[1], coef[2]
+    return ThroughputModel(
+        per_token_s=per_token,
+        flops_per_s=rate,
+        step_s_per_param={k: float(v) for k, v in per_param.items()},
+        trial_overhead_s=max(0.0, overhead_s / num_trials) if num_trials else 0.0,
+        peak_flops=float((table["tps"] * table["F"] / table["mfu"]).median()),
+        num_runs=table.height,
+        source=str(results),
+    )
+
+
+def estimate_wall_s(
+    study: Study, preset: StudyPreset, model: ThroughputModel, peak_flops: float, slots: int
+) -> float:
+    """Seconds the study's trials take on `slots` parallel trials of a machine with this
+    fp32 matmul peak per trial: every trial's modelled time, spread evenly over the slots."""
+    scale = model.peak_flops / peak_flops
+    batches = preset.search.batch_sizes
+    total = 0.0
+    for cell, tokens, count in _trial_tokens(study, preset):
+        if cell.arch not in model.per_token_s:
+            raise K3ScaleError(f"no measured throughput of {cell.arch} runs in {model.source}")
+        size = get_preset(cell.size)
+        flops = accounting.flops_per_token(size, preset.seq_len)
+        # Batch sizes are searched uniformly: the mean of N / B over the searched ones.
+        inverse_batch = sum(1 / (b * preset.seq_len) for b in batches) / len(batches)
+        per_token = (
+            model.per_token_s[cell.arch]
+            + flops / model.flops_per_s[cell.arch]
+            + accounting.num_params_total(size) * inverse_batch * model.step_s_per_param[cell.arch]
+        )
+        total += count * (tokens * per_token + model.trial_overhead_s) * scale
+    return total / max(1, slots)
+
+
+def _trial_tokens(study: Study, preset: StudyPreset):
+    """(cell, tokens of one trial, trials) of tuning, seed re-runs and the shared arm."""
+    baseline = study.schedules[0]
+    for cell in plan_cells(study, preset):
+        tokens = cell.budget_tokens
+        if cell.schedule == "wsd" and preset.share_wsd_trunks and tokens != max(preset.budgets):
+            tokens = round(preset.wsd_decay_fraction * tokens)  # a branch off a shared trunk
+        yield cell, tokens, preset.trials_per_cell
+        extra = len(preset.seeds) - 1 + (study.shared_arm and cell.schedule != baseline)
+        yield cell, cell.budget_tokens, extra

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from k3scale.config import RunConfig, config_hash, flatten, to_dict
+from k3scale.config import RunConfig, config_hash, flatten
 from k3scale.data import TrainWindows, eval_windows, open_dataset
 from k3scale.errors import K3ScaleError
 from k3scale.models import accounting, build_model
@@ -69,6 +68,9 @@ class RunResult:
     """Model FLOP utilisation against the matmul peak measured in this process."""
     out_dir: str
     """Folder with the checkpoints and the JSONL replica."""
+    time_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of this call by phase: `setup` (data, model, tracker, peak probe), `steps`,
+    `eval`, `total`. Process-local, not logged; the sweep reads it for its overhead figures."""
 
 
 @dataclass(kw_only=True)
@@ -137,6 +139,7 @@ def train(
         start_from: a WSD fork checkpoint to branch from (a new run; its lineage goes in tags).
         extra_tags: tags added to the run (e.g. trunk run id and fork step of a branch).
     """
+    call_started = time.perf_counter()
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
     rank, world_size = world()
@@ -161,7 +164,8 @@ def train(
     if state.final is not None:
         if tracker:
             tracker.close()
-        return _result(cfg, state, out_dir, tokens_per_s=0.0, utilisation=0.0)
+        total = time.perf_counter() - call_started
+        return _result(cfg, state, out_dir, 0.0, 0.0, time_s={"setup": total, "total": total})
 
     windows = TrainWindows(dataset, split="train", seq_len=cfg.data.seq_len, seed=cfg.train.seed)
     evals = {
@@ -174,12 +178,13 @@ def train(
 
     autocast = cfg.train.precision == "bf16"
     peak = matmul_peak_flops(torch.bfloat16 if autocast else torch.float32)
-    busy_s, busy_tokens = 0.0, 0
+    busy_s, busy_tokens, eval_s = 0.0, 0, 0.0
+    setup_s = time.perf_counter() - call_started
     status = schema.STATUS_FINISHED
     last_step = (
         plan.total_steps if stop_after_steps is None else min(stop_after_steps, plan.total_steps)
     )
-    progress = _progress_bar(plan.total_steps, state.step, rank)
+    progress = _progress_bar(plan.total_steps, state.step, rank, plan.batch_tokens)
     for step in range(state.step, last_step):
         started = time.perf_counter()
         for group in optimizer.param_groups:
@@ -208,7 +213,9 @@ def train(
             _crosses(tokens, plan.batch_tokens, cfg.train.eval_interval_tokens)
             and state.step < plan.total_steps
         ):
+            eval_started = time.perf_counter()
             state.last_eval = _evaluate(model, evals, cfg, autocast)
+            eval_s += time.perf_counter() - eval_started
             metrics.update(state.last_eval)
         if tracker:
             tracker.log_metrics(state.step, metrics)
@@ -223,19 +230,28 @@ def train(
 
     tokens_per_s = busy_tokens / busy_s if busy_s > 0 else 0.0
     utilisation = mfu(flops_per_token, tokens_per_s, peak)
+
+    def time_s() -> dict[str, float]:
+        total = time.perf_counter() - call_started
+        return {"setup": setup_s, "steps": busy_s, "eval": eval_s, "total": total}
+
     if state.step < plan.total_steps and status == schema.STATUS_FINISHED:
         # Stopped early on purpose: the checkpoint is the resume point; the run stays open.
         _save(out_dir / LATEST, model, optimizer, state, rank)
         if tracker:
             tracker.close()
-        return _result(cfg, state, out_dir, tokens_per_s, utilisation, status="stopped")
+        return _result(
+            cfg, state, out_dir, tokens_per_s, utilisation, status="stopped", time_s=time_s()
+        )
 
     # A diverged model's weights are garbage: it ends with its last good evaluation.
+    eval_started = time.perf_counter()
     final = (
         _evaluate(model, evals, cfg, autocast)
         if status == schema.STATUS_FINISHED
         else _last_good(state)
     )
+    eval_s += time.perf_counter() - eval_started
     state.final = {
         "status": status,
         schema.FINAL_PREFIX + "train_loss": state.losses[-1] if state.losses else math.nan,
@@ -254,7 +270,7 @@ def train(
         tracker.log_metrics(SUMMARY_STEP, {k: v for k, v in state.final.items() if k != "status"})
         tracker.finish(status)
     _save(out_dir / LATEST, model, optimizer, state, rank)
-    return _result(cfg, state, out_dir, tokens_per_s, utilisation)
+    return _result(cfg, state, out_dir, tokens_per_s, utilisation, time_s=time_s())
 
 
 def _train_step(
@@ -402,7 +418,7 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path):
         run_id=run_id,
     )
     if run_id is None:
-        tracker.log_artifact_json("config.json", to_dict(cfg))
+        tracker.log_artifact_json("config.json", _logged_config(cfg))
         tracker.log_dataset(dataset.name, dataset.fingerprint, _logged_path(cfg, dataset.path))
     return tracker
 
@@ -416,6 +432,18 @@ def _logged_params(cfg: RunConfig) -> dict[str, Any]:
     for key in ("train.out_dir", "data.root"):
         params[key] = _logged_path(cfg, params[key])
     return params
+
+
+def _logged_config(cfg: RunConfig) -> dict[str, Any]:
+    """config.json: the logged params nested again, so it has the same relative paths."""
+    nested: dict[str, Any] = {}
+    for key, value in _logged_params(cfg).items():
+        *sections, name = key.split(".")
+        node = nested
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return nested
 
 
 def _logged_path(cfg: RunConfig, path) -> str:
@@ -433,16 +461,23 @@ def _derived_params(cfg: RunConfig) -> dict[str, int]:
     }
 
 
-def _progress_bar(total: int, done: int, rank: int):
-    if rank != 0 or not sys.stderr.isatty():
+def _progress_bar(total: int, done: int, rank: int, batch_tokens: int):
+    """Progress lines on stderr (rank 0), also when it is a file or a pipe (issue 21)."""
+    if rank != 0:
         return None
-    from tqdm import tqdm
+    from k3scale.track.progress import ProgressLines
 
-    return tqdm(total=total, initial=done, unit="step", dynamic_ncols=True)
+    return ProgressLines(total, done, batch_tokens)
 
 
 def _result(
-    cfg, state: _State, out_dir: Path, tokens_per_s: float, utilisation: float, status=None
+    cfg,
+    state: _State,
+    out_dir: Path,
+    tokens_per_s: float,
+    utilisation: float,
+    status=None,
+    time_s: dict[str, float] | None = None,
 ) -> RunResult:
     final = state.final or {}
     batch_tokens = cfg.train.batch_size * cfg.data.seq_len
@@ -459,4 +494,5 @@ def _result(
         tokens_per_s=tokens_per_s,
         mfu=utilisation,
         out_dir=str(out_dir),
+        time_s=time_s or {},
     )

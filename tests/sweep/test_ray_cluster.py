@@ -57,8 +57,8 @@ def cluster_env() -> dict[str, str]:
     return {
         **os.environ,
         "PATH": path,
-        # `study submit` sends RAY_AUTH_MODE=disabled in the job's runtime env (commands/study.py),
-        # so the cluster it is tested against runs without auth, on 127.0.0.1 only.
+        # The test cluster runs without auth, on 127.0.0.1 only; `study submit` authenticates with
+        # the caller's RAY_AUTH_* and sends none to the job, so this environment matches it.
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "MLFLOW_DISABLE_TELEMETRY": "true",
