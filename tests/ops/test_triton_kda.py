@@ -2,7 +2,8 @@
 
 Forward output, final state and every gradient (q, k, v, g, beta, initial state) are compared with
 `naive_recurrent_kda` run in fp64 on the same (dtype-rounded) inputs, for bounded (K3) and
-unbounded (Kimi Linear) gates, T not a multiple of the chunk, odd K. Tiny shapes: the Triton
+unbounded (Kimi Linear) gates, T not a multiple of the chunk, odd K, K over 64 (the state kernels
+split the state in key halves). Tiny shapes: the Triton
 interpreter is ~1000x slower than compiled kernels.
 """
 
@@ -80,6 +81,8 @@ CASES = [
     (33, 16, 24, "unbounded", True, 16, torch.float32),
     (40, 20, 16, "unbounded", False, 32, torch.float32),
     (33, 16, 16, "bounded", True, 16, torch.bfloat16),
+    # K > 64: the state kernels hold the state as two key halves.
+    (20, 72, 16, "unbounded", True, 16, torch.float32),
 ]
 
 
