@@ -59,7 +59,8 @@ def test_train_prints_progress_lines_into_a_pipe_and_takes_steps(sample_data, tm
     progress = [line for line in done.stderr.splitlines() if line.startswith("step ")]
     assert progress, done.stderr
     assert re.fullmatch(
-        r"step 3/3 \(100%\)  loss \d+\.\d{3}  [\d,]+ tokens/s  elapsed [\dhms]+  ETA 0s", progress[-1]
+        r"step 3/3 \(100%\)  loss \d+\.\d{3}  [\d,]+ tokens/s  elapsed [\dhms]+  ETA 0s",
+        progress[-1],
     ), progress[-1]
 
 

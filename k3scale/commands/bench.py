@@ -14,7 +14,8 @@ from k3scale.errors import K3ScaleError
 BENCHMARKS = {
     "kda": "chunked vs recurrent KDA, and KDA vs MLA layer time across sequence lengths",
     "moe": "MoE layer throughput vs a dense FFN of equal active size; QB update cost",
-    "train": "matmul peak, then tokens/s and MFU of the demo models and a dense GPT",
+    "train": "fast vs reference training step per model and shape: speedup, MFU, GEMM bound, bf16",
+    "sweep": "a smoke study's fixed cost per trial (slot time minus step time) and utilization",
     "fit": "Chinchilla surface fit and 1000-resample bootstrap on 1 and 2 cores",
     "calibrate": "coverage, bias and identification of the headline intervals on simulated "
     "studies with a known truth",

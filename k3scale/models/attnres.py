@@ -81,17 +81,25 @@ def _weights_of(
 class AttnResSite(nn.Module):
     """One AttnRes site: 1-D `query` (zeros, so the mixture starts as the mean) and `key_norm`.
 
-    Both are vectors so the optimizer's 1-D rule puts them in AdamW without weight decay.
+    Both are vectors so the optimizer's 1-D rule puts them in AdamW without weight decay. With
+    `fused` (the "cpu" backend) the mixture runs on the C++ kernel of ops/attnres where it can
+    (CPU, fp32/fp64, no autocast); the torch code here is its reference.
     """
 
-    def __init__(self, d_model: int, eps: float) -> None:
+    def __init__(self, d_model: int, eps: float, fused: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.fused = fused
         self.query = nn.Parameter(torch.zeros(d_model))
         self.key_norm = nn.Parameter(torch.ones(d_model))
 
     def forward(self, sources: list[torch.Tensor]) -> torch.Tensor:
         """`attn_res(sources, query, key_norm, eps)`: list of `[B, T, d]` -> `[B, T, d]`."""
+        if self.fused:
+            from k3scale.ops.attnres.fused import attn_res_fused, fused_supported
+
+            if fused_supported(sources, self.query):
+                return attn_res_fused(sources, self.query, self.key_norm, self.eps)
         return attn_res(sources, self.query, self.key_norm, self.eps)
 
 

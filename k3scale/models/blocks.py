@@ -23,7 +23,9 @@ from k3scale.models.moe import MoE
 def build_mixer(cfg: ModelConfig, kind: str) -> nn.Module:
     """The token mixer of a layer: `"mla"` (either family) or `"kda"` (K3 only)."""
     if kind == "mla":
-        return MultiHeadLatentAttention(cfg.d_model, cfg.mla, cfg.rms_eps, cfg.init_std)
+        return MultiHeadLatentAttention(
+            cfg.d_model, cfg.mla, cfg.rms_eps, cfg.init_std, pad_heads=cfg.backend == "cpu"
+        )
     if kind == "kda" and isinstance(cfg, K3Config):
         return KimiDeltaAttention(cfg.d_model, cfg.kda, cfg.rms_eps, cfg.init_std, cfg.backend)
     raise ValueError(f"mixer: {kind!r} is not available for {type(cfg).__name__}")
@@ -69,8 +71,9 @@ class DecoderLayer(nn.Module):
         self.mixer = build_mixer(cfg, kind)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.rms_eps)
         self.ffn = build_ffn(cfg, moe_slot)
-        self.mixer_site = AttnResSite(cfg.d_model, cfg.rms_eps) if attnres else None
-        self.ffn_site = AttnResSite(cfg.d_model, cfg.rms_eps) if attnres else None
+        fused = cfg.backend == "cpu"
+        self.mixer_site = AttnResSite(cfg.d_model, cfg.rms_eps, fused) if attnres else None
+        self.ffn_site = AttnResSite(cfg.d_model, cfg.rms_eps, fused) if attnres else None
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         """Mixer branch of the residual: `mixer(attn_norm(x))`."""

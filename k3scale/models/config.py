@@ -143,8 +143,9 @@ class K2Config:
     """Multi-token-prediction blocks (0 = off, the default for scaling runs)."""
     mtp_lambda: float = 0.3
     """MTP loss weight lambda (DeepSeek-V3: 0.3)."""
-    backend: Literal["torch", "triton"] = "torch"
-    """Kernel backend; triton needs a GPU."""
+    backend: Literal["cpu", "torch", "triton"] = "cpu"
+    """Kernel backend (ops/backend.py): "cpu" the fast CPU path, "torch" the reference path it is
+    tested against, "triton" the GPU kernels."""
 
     def __post_init__(self) -> None:
         _check_common(self)
@@ -192,8 +193,9 @@ class K3Config:
     """MTP loss weight lambda (DeepSeek-V3: 0.3)."""
     mtp_mixer: Literal["kda", "mla"] = "kda"
     """Mixer of the MTP block (K3's is unpublished [INF]; KDA is the commonest backbone block)."""
-    backend: Literal["torch", "triton"] = "torch"
-    """Kernel backend; triton needs a GPU."""
+    backend: Literal["cpu", "torch", "triton"] = "cpu"
+    """Kernel backend (ops/backend.py): "cpu" the fast CPU path, "torch" the reference path it is
+    tested against, "triton" the GPU kernels."""
 
     def __post_init__(self) -> None:
         _check_common(self)

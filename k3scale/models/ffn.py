@@ -24,7 +24,7 @@ def kernel_activation(
 ) -> KernelActivation | None:
     """The same nonlinearity for the fused CPU kernels; None under the Triton backend (GPU
     runs keep the torch dispatch: the C++ kernels are CPU-only)."""
-    if backend != "torch":
+    if backend == "triton":
         return None
     if activation == "swiglu":
         return KernelActivation(SWIGLU)
@@ -51,8 +51,8 @@ class GLUFeedForward(nn.Module):
         situ_beta: SiTU cap of the gate branch (K3: 4.0); used by "situ" only.
         situ_linear_beta: SiTU cap of the up branch (K3: 25.0), None for no cap.
         init_std: std of the normal weight init.
-        backend: "torch" (SiTU-GLU through the fused C++ kernel on CPU when built, else
-            torch ops) or "triton" (the fused SiTU-GLU Triton kernel).
+        backend: "cpu" or "torch" (SiTU-GLU through the fused C++ kernel on CPU when built,
+            else torch ops) or "triton" (the fused SiTU-GLU Triton kernel).
         """
         super().__init__()
         if activation not in ("swiglu", "situ"):

@@ -57,7 +57,9 @@ class DecoderLM(nn.Module):
             DecoderLayer(cfg, kind, moe_slot=i >= cfg.num_dense_layers, attnres=attnres)
             for i, kind in enumerate(mixer_kinds(cfg))
         )
-        self.output_site = AttnResSite(d, cfg.rms_eps) if attnres else None
+        self.output_site = (
+            AttnResSite(d, cfg.rms_eps, fused=cfg.backend == "cpu") if attnres else None
+        )
         self.final_norm = RMSNorm(d, cfg.rms_eps)
         self.head = linear(d, cfg.vocab_size, cfg.init_std)
         self.mtp = MultiTokenPrediction(cfg) if cfg.mtp_depth > 0 else None

@@ -1,6 +1,10 @@
 """Kernel backend selection: one function per op returns the callable for `model.backend`.
 
-`"torch"` is the plain-torch fast path (runs anywhere); `"triton"` the Triton kernels, which need
+`"cpu"` (the default) is the fast CPU path: `"torch"` plus C++ kernels where they beat it at the
+study ladders' shapes (today: KDA as its token recurrence, `kda/recurrent.py`; MLA also pads its
+heads for torch's flash SDPA kernel, `models/mla.py`); it falls back to `"torch"` for other
+devices and shapes. `"torch"` is the plain-torch reference path it is tested against (runs
+anywhere; it too uses the fused C++ MoE, GLU and head kernels on CPU); `"triton"` the Triton kernels, which need
 an NVIDIA GPU, or `TRITON_INTERPRET=1` (set before anything imports Triton) to run them on CPU in
 tests. Both callables of an op share one signature, so a layer stores the returned function once
 at construction and calls it like the torch version. The Triton modules are imported only when
@@ -17,8 +21,8 @@ from typing import Literal
 
 from k3scale.errors import K3ScaleError
 
-Backend = Literal["torch", "triton"]
-BACKENDS = ("torch", "triton")
+Backend = Literal["cpu", "torch", "triton"]
+BACKENDS = ("cpu", "torch", "triton")
 
 
 @functools.cache
@@ -56,6 +60,10 @@ def kda_op(backend: Backend) -> Callable:
         from k3scale.ops.kda.triton import chunk_kda_triton
 
         return chunk_kda_triton
+    if backend == "cpu":
+        from k3scale.ops.kda.recurrent import kda_cpu
+
+        return kda_cpu
     from k3scale.ops.kda.chunk import chunk_kda
 
     return chunk_kda

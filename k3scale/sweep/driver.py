@@ -73,6 +73,25 @@ class _Counters:
     tokens: int = 0
     launched: int = 0
     run_ids: list[str] = field(default_factory=list)
+    timings: list[dict[str, float]] = field(default_factory=list)
+    """Per finished task, `task_timing`: where its slot's time went."""
+
+
+def task_timing(output: dict, slot_s: float) -> dict[str, float]:
+    """Where one task's slot time went: `slot_s` from launch to the driver seeing the result
+    (worker start, transfers and the driver's own turn included), the worker's `busy_s` (imports
+    included) and `import_s`, and per phase summed over the task's runs (`RunResult.time_s`).
+    `overhead_s` = slot time minus training-step time: the trial's fixed cost."""
+    runs = [r.get("time_s") or {} for r in output["results"].values()]
+    phases = {f"{k}_s": sum(r.get(k, 0.0) for r in runs) for k in ("setup", "steps", "eval")}
+    return {
+        "slot_s": slot_s,
+        "busy_s": float(output["busy_s"]),
+        "import_s": float(output.get("import_s", 0.0)),
+        **phases,
+        "runs": float(len(runs)),
+        "overhead_s": slot_s - phases["steps_s"],
+    }
 
 
 class Driver:
@@ -316,6 +335,7 @@ class Driver:
             self.counters.failed += 1
             return
         self.counters.busy_s += float(output["busy_s"])
+        self.counters.timings.append(task_timing(output, time.time() - job.started))
         for study, trial, budget, _ in job.tells:
             self._tell(study, trial, output["results"][str(budget)], job)
 

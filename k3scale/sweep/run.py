@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +43,9 @@ _TIMINGS = (
     "busy_trial_s",
     "cores",
     "utilization",
+    "fixed_overhead_s_per_trial",
+    "fixed_overhead_s_max",
+    "overhead_by_phase_s",
 )
 # How long a --ray-address may take to accept a TCP connection (seconds).
 RAY_CONNECT_TIMEOUT_S = 10.0
@@ -153,6 +157,7 @@ def run_study(
             "busy_trial_s": round(counters.busy_s, 1),
             "cores": cores,
             "utilization": round(utilization, 4),
+            **overhead_summary(counters.timings),
         }
     _write_json(folder / STUDY_JSON, record)
     trials = record["trials"]
@@ -163,6 +168,28 @@ def run_study(
         f"{record['cores']} cores)); {folder / STUDY_JSON}"
     )
     return record
+
+
+def overhead_summary(timings: list[dict[str, float]]) -> dict:
+    """Medians over finished tasks: `fixed_overhead_s_per_trial` (slot time minus step time) and
+    each phase of it (`overhead_by_phase_s`: imports, run setup, evaluation, and the rest: worker
+    start, transfers, checkpoints, MLflow calls, the driver's turn)."""
+    if not timings:
+        return {}
+    rest = [t["overhead_s"] - t["import_s"] - t["setup_s"] - t["eval_s"] for t in timings]
+    phases = {
+        "imports": statistics.median(t["import_s"] for t in timings),
+        "run_setup": statistics.median(t["setup_s"] for t in timings),
+        "evaluation": statistics.median(t["eval_s"] for t in timings),
+        "other": statistics.median(rest),
+    }
+    overheads = [t["overhead_s"] for t in timings]
+    return {
+        "fixed_overhead_s_per_trial": round(statistics.median(overheads), 3),
+        # A fresh worker's first task pays the process start and imports: the tail shows it.
+        "fixed_overhead_s_max": round(max(overheads), 3),
+        "overhead_by_phase_s": {k: round(v, 3) for k, v in phases.items()},
+    }
 
 
 def _check_data(data_root: str, dataset: str) -> str:

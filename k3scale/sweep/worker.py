@@ -13,7 +13,13 @@ from typing import Any
 
 
 def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """Train what the payload describes; returns per-budget results and busy seconds."""
+    """Train what the payload describes; returns per-budget results and busy seconds.
+
+    `busy_s` runs from the task's start, imports included (a fresh worker pays them once), so
+    busy time minus the runs' step time (`time_s["steps"]` of each result) is the trial's fixed
+    cost; `import_s` is the imports' share of it.
+    """
+    started = time.perf_counter()
     for key, value in payload.get("env", {}).items():
         os.environ.setdefault(key, value)
     import torch
@@ -22,10 +28,10 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     from k3scale.train import train
     from k3scale.train.branching import run_branches
 
+    import_s = time.perf_counter() - started
     threads = _assigned_cpus(payload.get("threads", 1))
     torch.set_num_threads(threads)
     cfg = load_run_config(payload["config"])
-    started = time.perf_counter()
     if payload.get("branches"):
         results = run_branches(cfg, [load_run_config(b) for b in payload["branches"]])
     else:
@@ -33,6 +39,7 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "results": {str(budget): _summary(result) for budget, result in results.items()},
         "busy_s": time.perf_counter() - started,
+        "import_s": import_s,
         "pid": os.getpid(),
     }
 

@@ -290,3 +290,29 @@ def test_bf16_forward_runs_and_is_close_to_fp32() -> None:
     assert actual.dtype == torch.bfloat16
     # bf16 has an 8-bit mantissa (unit roundoff 2^-8 = 0.4%); a few roundings compound.
     assert rel_rms(actual.float(), expected) < 3e-2
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_padded_heads_give_the_same_output_and_gradients(name: str, dtype: torch.dtype) -> None:
+    # The "cpu" backend pads q, k and v to one width for torch's flash SDPA kernel; the math
+    # path of the unpadded module is the reference. fp32 differs by summation order only.
+    reference = make_mla(VARIANTS[name]).to(dtype)
+    padded = make_mla(VARIANTS[name]).to(dtype)
+    padded.padded_width = 16
+    x = random_input(40).to(dtype)
+    results = []
+    for module in (reference, padded):
+        inputs = x.clone().requires_grad_()
+        out = module(inputs)
+        out.square().sum().backward()
+        results.append([out.detach(), inputs.grad] + [p.grad for p in module.parameters()])
+    tolerance = FP64_TOL if dtype == torch.float64 else 1e-5
+    for actual, expected in zip(results[1], results[0], strict=True):
+        assert rel_rms(actual, expected) < tolerance
+
+
+def test_pad_heads_rounds_the_widest_head_up_to_a_vector() -> None:
+    module = MultiHeadLatentAttention(D_MODEL, K2, RMS_EPS, 0.02, pad_heads=True)
+    assert module.padded_width == 16  # d_nope + d_rope = 12 -> 16
+    assert MultiHeadLatentAttention(D_MODEL, K2, RMS_EPS, 0.02).padded_width is None

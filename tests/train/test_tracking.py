@@ -128,7 +128,7 @@ def test_tags_name_identity_data_code_versions_and_plan(tracked, sample_root):
     assert tags[schema.TAG_ARCH] == "k3"
     assert tags[schema.TAG_SCHEDULE] == "cosine"
     assert tags[schema.TAG_BUDGET_TOKENS] == str(BATCH_TOKENS * NUM_STEPS)
-    assert tags[schema.TAG_BACKEND] == "torch"
+    assert tags[schema.TAG_BACKEND] == "cpu"
     # Study bookkeeping passes through from track.tags.
     assert {key: tags[key] for key, _ in STUDY_TAGS} == dict(STUDY_TAGS)
 
@@ -256,6 +256,8 @@ def test_unreachable_tracking_uri_at_start_is_one_clear_error(sample_root, tmp_p
             "data.dataset=sample",
             "--set",
             f"data.root={sample_root}",
+            "--steps",
+            "2",  # within one pass of the sample: no repeated-data warning besides the error
             "--out",
             str(tmp_path / "cli"),
             "--tracking-uri",

@@ -14,6 +14,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sequence_aux_backward", &sequence_aux_backward_op);
   m.def("softmax_xent_grad", &softmax_xent_grad_op);
   m.def("conv_silu_forward", &conv_silu_forward_op);
+  m.def("attnres_forward", &attnres_forward_op);
+  m.def("attnres_backward", &attnres_backward_op);
+  m.def("kda_recurrent_forward", &kda_recurrent_forward_op);
+  m.def("kda_recurrent_backward", &kda_recurrent_backward_op);
   m.def("conv_silu_backward", &conv_silu_backward_op);
   m.def("linear_rows", &linear_rows);
   m.def("linear_rows_backward", &linear_rows_backward);

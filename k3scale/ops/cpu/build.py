@@ -29,9 +29,11 @@ OPS_DIR = Path(__file__).parent.parent
 SOURCES = tuple(
     OPS_DIR / name
     for name in (
+        "attnres/fused.cpp",
         "cpu/bindings.cpp",
         "cpu/conv.cpp",
         "head_ce/chunked.cpp",
+        "kda/recurrent.cpp",
         "moe/experts.cpp",
         "moe/layer.cpp",
         "moe/router.cpp",

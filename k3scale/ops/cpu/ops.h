@@ -84,6 +84,28 @@ at::Tensor margin_counts_op(const at::Tensor& scores, const at::Tensor& cutoff,
 at::Tensor softmax_xent_grad_op(const at::Tensor& logits_t, const at::Tensor& targets,
                                 double scale);
 
+// attnres/fused.cpp
+std::vector<at::Tensor> attnres_forward_op(const std::vector<at::Tensor>& sources,
+                                           const at::Tensor& u, double eps);
+std::vector<at::Tensor> attnres_backward_op(const at::Tensor& grad_out_any,
+                                            const std::vector<at::Tensor>& sources,
+                                            const at::Tensor& u, const at::Tensor& weights,
+                                            const at::Tensor& rms);
+
+// kda/recurrent.cpp
+std::vector<at::Tensor> kda_recurrent_forward_op(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, const at::Tensor& g,
+                                                 const at::Tensor& beta,
+                                                 const at::Tensor& initial, double scale,
+                                                 int64_t segment);
+std::vector<at::Tensor> kda_recurrent_backward_op(const at::Tensor& grad_out_any,
+                                                  const at::Tensor& grad_final,
+                                                  const at::Tensor& q, const at::Tensor& k,
+                                                  const at::Tensor& v, const at::Tensor& g,
+                                                  const at::Tensor& beta,
+                                                  const at::Tensor& checkpoints, double scale,
+                                                  int64_t segment);
+
 // cpu/conv.cpp
 std::vector<at::Tensor> conv_silu_forward_op(const at::Tensor& padded, const at::Tensor& weight);
 std::vector<at::Tensor> conv_silu_backward_op(const at::Tensor& grad_y_any,

@@ -1,0 +1,1 @@
+"""Attention Residuals on the fused C++ kernel (`fused.py`); the reference is models/attnres.py."""
