@@ -27,6 +27,7 @@ from k3scale.viz import (
     lr_sweep,
     overview,
     schedules,
+    seeds,
     surface,
     trunks,
 )
@@ -79,6 +80,7 @@ class PanelList:
 def add_curves_and_landscapes(inputs: DashboardInputs, page: PanelList) -> None:
     """Every run's curves (a cell menu), WSD trunks with branches, every (arch, schedule) landscape."""
     page.add(curves.training_curves_panel, inputs.runs, inputs.curves, inputs.metric)
+    page.add(seeds.seed_noise_panel, inputs.runs, inputs.metric)
     if "wsd" in inputs.schedules():
         page.add(trunks.wsd_branches_panel, inputs.runs, inputs.curves, inputs.metric)
     for arch, schedule in inputs.groups():

@@ -95,6 +95,8 @@ class MultiplierFit:
     shared_k_interval: tuple[float, float] | None = None
     shared_accepted: bool | None = None
     """Whether the shared model survived the test against the free one."""
+    not_identified: tuple[str, ...] = ()
+    """Verdicts of the compute values left out of `band` (not identified, with the reason)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,11 +300,14 @@ def frontiers_from_comparison(entry: dict, where: str) -> tuple[list, list]:
         rows = sorted(
             (m for m in result["multiplier"] if m["group"] == name), key=lambda m: m["compute"]
         )
-        # Only identified points are drawn: a not-identified M(C) is a verdict in the headline,
-        # never a band spanning dozens of decades.
+        # Only identified points are drawn: a not-identified M(C) is a verdict (in the headline
+        # and in place of the figure), never a band spanning dozens of decades.
+        left_out = tuple(
+            f"C = {m['compute']:.3g}: {m['verdict']}"
+            for m in rows
+            if m.get("verdict", "identified") != "identified"
+        )
         rows = [m for m in rows if m.get("verdict", "identified") == "identified"]
-        if not rows:
-            continue
         ci = [m.get("ci") or [math.nan, math.nan] for m in rows]
         shared_k = shared.get("multiplier")
         multipliers.append(
@@ -321,6 +326,7 @@ def frontiers_from_comparison(entry: dict, where: str) -> tuple[list, list]:
                 shared_k=_float(shared_k, f"{where}.shared") if shared_k is not None else None,
                 shared_k_interval=tuple(shared["ci"]) if shared.get("ci") else None,
                 shared_accepted=None if shared.get("rejected") is None else not shared["rejected"],
+                not_identified=left_out,
             )
         )
     return frontiers, multipliers

@@ -157,6 +157,12 @@ def multiplier_panel(fit: MultiplierFit) -> Panel:
     """M(C) = C_base(L_new(C)) / C with its band, over the compute both arms' data cover."""
     lo, hi = fit.data_range
     band = clip_band(fit.band, lo, hi)
+    if not band.x and fit.not_identified:
+        # The page lists this line where the figure would be: no axis for a number not known.
+        raise K3ScaleError(
+            f"dashboard: compute multiplier M(C) of {fit.new} over {fit.base} ({fit.fixed}, "
+            f"{fit.compute}) not drawn: {'; '.join(fit.not_identified)}"
+        )
     if not band.x:
         raise K3ScaleError(
             f"dashboard: M(C) of {fit.new} over {fit.base} has no point inside the data range"

@@ -179,3 +179,37 @@ def test_log_axes_use_power_exponents(runs, fits):
     lo, hi = panel.figure.layout.yaxis.range
     values = [*fit.band.lo, *fit.band.hi, 1.0]
     assert hi - lo <= np.log10(max(values) / min(values)) + 0.2
+
+
+def test_seed_noise_pairs_each_rerun_with_its_original():
+    import polars as pl
+
+    from k3scale.viz.seeds import seed_noise_panel, seed_pairs
+
+    base = {
+        "status": "finished",
+        "cell": "c",
+        "arch": "k3",
+        "schedule": "cosine",
+        "size": "k3-t1",
+        "budget_tokens": 1000,
+        "batch_size": 8,
+        "batch_tokens": 512,
+        "n_active": 10,
+        "tokens": 1000,
+        "c_6n": 6e4,
+        "c_attn": 7e4,
+    }
+    rows = [
+        {**base, "run_id": "a", "arm": "tuned", "lr": 0.01, "seed": 0, "loss": 3.00},
+        {**base, "run_id": "b", "arm": "seed", "lr": 0.01, "seed": 1, "loss": 3.04},
+        {**base, "run_id": "c", "arm": "tuned", "lr": 0.02, "seed": 0, "loss": 3.10},
+        {**base, "run_id": "d", "arm": "seed", "lr": 0.02, "seed": 1, "loss": 3.08},
+    ]
+    runs = pl.DataFrame(rows)
+    pairs = seed_pairs(runs, "loss")
+    assert sorted(round(d, 6) for d in pairs["diff"]) == [-0.02, 0.04]
+    panel = seed_noise_panel(runs, "loss")
+    sigma = (((0.04**2 + 0.02**2) / 2) ** 0.5) / 2**0.5
+    assert f"sigma = {sigma:.3g}" in panel.caption
+    assert panel.figure.layout.yaxis.range[1] >= 0.04

@@ -41,15 +41,25 @@ def test_multiplier_band_comes_from_the_comparison_entries(fits, fit_document):
     assert m.shared_accepted is (not shared["rejected"])
 
 
-def test_a_not_identified_multiplier_is_not_drawn(fit_document):
+def test_a_not_identified_multiplier_is_listed_not_drawn(fit_document):
+    from k3scale.viz.dashboard import PanelList
+    from k3scale.viz.frontier import multiplier_panel
+
     document = copy.deepcopy(fit_document)
     entries = document["frontier_comparisons"][0]["result"]["multiplier"]
     for entry in entries:
         entry["verdict"] = "not identified: M(C) interval spans 60.0 decades (> 1)"
-    assert len(fits_from_json(document).multipliers) == 2
+    (blank,) = [m for m in fits_from_json(document).multipliers if not m.band.x]
+    assert len(blank.not_identified) == len(entries)
+    page = PanelList()
+    page.add(multiplier_panel, blank)
+    assert not page.panels
+    (line,) = page.skipped
+    assert "not drawn" in line and "60.0 decades" in line
     entries[0]["verdict"] = "identified"
     (drawn,) = [m for m in fits_from_json(document).multipliers if len(m.band.x) == 1]
     assert drawn.band.median == (entries[0]["value"],)
+    assert len(drawn.not_identified) == len(entries) - 1
 
 
 def test_hp_law_maps_power_law_params(fits, fit_document):

@@ -33,5 +33,5 @@ def test_render_2000_run_study(tmp_path):
     )
     # The fixture has no WSD branches and its size x budget grid no shared compute level.
     assert all(n.startswith(("no WSD branch", "no IsoFLOP view")) for n in skipped)
-    assert len(panels) == 18
+    assert len(panels) == 19  # the seed-noise figure included
     assert wall < GENEROUS_BOUND_S
