@@ -65,6 +65,15 @@ K3_LADDER = {
     "t10": (2048, 14),
 }
 
+# The small-vocabulary ladders of the v2 reference studies (issue 20): vocab 512 (the
+# english_mix_v512 build), so the untied head is at most 36% of N_active, and one depth rule per
+# family over widths 24-48 (K2: L = d/12 + 2) and 16-32 (K3: L = d/8 + 2; its layers are heavier,
+# so the rungs pair with K2's within 15% of N_active). N_active: K2 33.7k / 75.3k / 136.8k, K3
+# 29.9k / 66.8k / 124.9k (0.61-0.62 decades; tests/models/test_presets.py holds the rules).
+SMALL_VOCAB = 512
+K2_SMALL_LADDER = {"s1": (24, 4), "s2": (36, 5), "s3": (48, 6)}
+K3_SMALL_LADDER = {"s1": (16, 4), "s2": (24, 5), "s3": (32, 6)}
+
 # Ladder MoE sizes (architecture.md 10.3: keep E modest at small scale; K3 E = 7/3 x, k = 2 x).
 K2_EXPERTS, K2_TOP_K = 12, 2
 K3_EXPERTS, K3_TOP_K = 28, 4
@@ -195,9 +204,18 @@ def ladder(family: str) -> list[str]:
     return [f"{family}-{size}" for size in tables[family]]
 
 
+def small_ladder(family: str) -> list[str]:
+    """Preset names of one family's small-vocabulary ladder (vocab 512), smallest first."""
+    tables = {"k2": K2_SMALL_LADDER, "k3": K3_SMALL_LADDER}
+    if family not in tables:
+        raise K3ScaleError(f"ladder: unknown family {family!r} (use k2 or k3)")
+    return [f"{family}-{size}" for size in tables[family]]
+
+
 def preset_names() -> list[str]:
-    """Every preset name: full scale first, then the K2 and K3 ladders."""
-    return [*FULL_SCALE, *ladder("k2"), *ladder("k3")]
+    """Every preset name: full scale first, then the K2 and K3 ladders, then the small-vocab ones."""
+    families = ("k2", "k3")
+    return [*FULL_SCALE, *(n for f in families for n in ladder(f) + small_ladder(f))]
 
 
 def get_preset(name: str, overrides: list[str] | tuple[str, ...] = ()) -> ModelConfig:
@@ -210,7 +228,11 @@ def get_preset(name: str, overrides: list[str] | tuple[str, ...] = ()) -> ModelC
         cfg: ModelConfig = FULL_SCALE[name]()
     else:
         family, _, size = name.partition("-")
-        table = {"k2": K2_LADDER, "k3": K3_LADDER}.get(family, {})
+        tables = {
+            "k2": {**K2_LADDER, **{k: (*v, SMALL_VOCAB) for k, v in K2_SMALL_LADDER.items()}},
+            "k3": {**K3_LADDER, **{k: (*v, SMALL_VOCAB) for k, v in K3_SMALL_LADDER.items()}},
+        }
+        table = tables.get(family, {})
         if size not in table:
             raise K3ScaleError(
                 f"unknown model preset {name!r} (valid: {', '.join(preset_names())})"

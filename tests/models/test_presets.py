@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from k3scale.errors import K3ScaleError
@@ -114,3 +116,28 @@ def test_cli_model_list_and_unknown_preset(capsys):
     assert main(["model", "info", "k9-t0"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "kimi-k2" in err and "k3-t0" in err
+
+
+@pytest.mark.parametrize("family", ["k2", "k3"])
+def test_small_vocab_ladders_meet_the_v2_study_rules(family):
+    # Issue 20: the body matters (non-embedding share >= 0.6 with the head in N_active), at least
+    # 3 sizes over at least 0.6 decade, one depth rule, >= 4 layers at the largest rung.
+    from k3scale.models.presets import SMALL_VOCAB, small_ladder
+
+    configs = [get_preset(name) for name in small_ladder(family)]
+    active = [accounting.num_params_active(c) for c in configs]
+    assert len(configs) >= 3 and all(c.vocab_size == SMALL_VOCAB for c in configs)
+    for cfg, n in zip(configs, active, strict=True):
+        assert (n - cfg.vocab_size * cfg.d_model) / n >= 0.6
+    assert math.log10(active[-1] / active[0]) >= 0.6
+    divisor = 12 if family == "k2" else 8
+    assert all(c.num_layers == c.d_model // divisor + 2 for c in configs)
+    assert configs[-1].num_layers >= 4
+
+
+def test_small_vocab_rungs_pair_k2_with_k3_within_15_percent():
+    from k3scale.models.presets import small_ladder
+
+    for k2, k3 in zip(small_ladder("k2"), small_ladder("k3"), strict=True):
+        n2, n3 = (accounting.num_params_active(get_preset(n)) for n in (k2, k3))
+        assert abs(n3 / n2 - 1) < 0.15
