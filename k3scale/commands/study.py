@@ -114,7 +114,8 @@ def _plan(args) -> int:
     print(f"study {study.name}, preset {args.preset}: {study.description}")
     for cell in plan_cells(study, preset):
         print(
-            f"  {cell.key:40s} {preset.trials_per_cell:3d} trials x {cell_flops(cell, preset):.3g} FLOPs"
+            f"  {cell.key:40s} {preset.planned_trials_per_cell:3d} trials x "
+            f"{cell_flops(cell, preset):.3g} FLOPs"
         )
     cost = estimate_cost(study, preset)
     print(
@@ -127,6 +128,8 @@ def _plan(args) -> int:
 
 
 def _search_ranges(preset) -> str:
+    if preset.lr_grid is not None:
+        return _lr_grid(preset)
     space = preset.search
     return (
         f"search: peak lr log-uniform in [{space.lr_low:g}, {space.lr_high:g}], batch size in "
@@ -134,6 +137,21 @@ def _search_ranges(preset) -> str:
         f"tokens; {preset.trials_per_cell} trials per cell (seed {preset.seeds[0]}), "
         f"{_reruns(preset.seeds)}; lr_min {preset.lr_min:g}, warmup "
         f"{preset.warmup_fraction:.0%} of the smallest budget"
+    )
+
+
+def _lr_grid(preset) -> str:
+    from k3scale.sweep.grid import grid_lrs, lr_extent
+
+    grid = preset.lr_grid
+    low, high = lr_extent(grid)
+    return (
+        f"lr grid: peak lr {', '.join(f'{lr:.3g}' for lr in grid_lrs(grid))} ({grid.points} "
+        f"points, x{grid.ratio:g} apart), batch size {grid.batch_size} sequences of "
+        f"{preset.seq_len} tokens, every cell (seed {preset.seeds[0]}); up to "
+        f"{grid.max_extensions} more lr per cell one step past an end holding its best (lr "
+        f"{low:.3g} to {high:.3g}), not in the counts above; {_reruns(preset.seeds)}; lr_min "
+        f"{preset.lr_min:g}, warmup {preset.warmup_fraction:.0%} of the smallest budget"
     )
 
 

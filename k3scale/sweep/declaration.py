@@ -1,9 +1,9 @@
 """Study declarations: what a study is made of, as frozen data.
 
 A study file in `experiments/` defines `STUDY = Study(...)`: the architectures, schedules, arms
-and presets. A preset fixes the size ladder, token budgets, search space, trials per cell, seeds
-and the schedule constants shared by every trial (one absolute `lr_min` for both schedules,
-methods.md section 1.4). The planner expands a study and a preset into cells.
+and presets. A preset fixes the size ladder, token budgets, search space, trials per cell (or an
+LR grid instead), seeds and the schedule constants shared by every trial (one absolute `lr_min`
+for both schedules, methods.md section 1.4). The planner expands a study and a preset into cells.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Literal, get_args
 
 from k3scale.errors import K3ScaleError
 from k3scale.models.presets import get_preset
+from k3scale.sweep.grid import lr_extent
 
 Arch = Literal["k2", "k3"]
 Schedule = Literal["cosine", "wsd"]
@@ -46,15 +47,56 @@ class SearchSpace:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LRGrid:
+    """Peak LRs on a geometric grid at one batch size, extended at an end that holds the best
+    (issue 20: interior LR optima, grid spacing at most 1.6x)."""
+
+    center: float
+    """Geometric centre of the grid (peak LR)."""
+    points: int
+    """LRs on the grid, centre included when odd."""
+    ratio: float = 1.6
+    """Factor between neighbouring LRs (issue 20: at most 1.6)."""
+    max_extensions: int = 3
+    """LRs a cell may add beyond the grid's ends, one ratio at a time, while its best is at one."""
+    batch_size: int
+    """Global batch size of every grid trial, in sequences per step."""
+
+    def __post_init__(self) -> None:
+        _require_numbers("lr grid: center, ratio", (self.center, self.ratio), float)
+        _require_numbers(
+            "lr grid: points, max_extensions, batch_size",
+            (self.points, self.max_extensions, self.batch_size),
+            int,
+        )
+        if self.center <= 0:
+            raise K3ScaleError(f"lr grid: center must be a positive LR, got {self.center}")
+        if self.points < 3:
+            raise K3ScaleError(
+                f"lr grid: points must be >= 3 (an interior point needs two ends), got {self.points}"
+            )
+        # Issue 20: neighbouring LRs at most 1.6x apart.
+        if not 1 < self.ratio <= 1.6:
+            raise K3ScaleError(f"lr grid: ratio must be in (1, 1.6], got {self.ratio}")
+        if self.max_extensions < 0:
+            raise K3ScaleError(f"lr grid: max_extensions must be >= 0, got {self.max_extensions}")
+        if self.batch_size < 1:
+            raise K3ScaleError(f"lr grid: batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class StudyPreset:
     sizes: dict[str, tuple[str, ...]]
     """Model presets per architecture, e.g. {"k2": ("k2-t1", "k2-t2"), "k3": (...)}."""
     budgets: tuple[int, ...]
     """Token budgets D per cell (the same for every size)."""
     search: SearchSpace
-    """Search space of every tuned cell (identical for both schedules)."""
+    """Search space of every tuned cell (identical for both schedules); unused with `lr_grid`."""
     trials_per_cell: int
-    """Tuning trials per cell."""
+    """Tuning trials per cell; unused with `lr_grid`."""
+    lr_grid: LRGrid | None = None
+    """Tune on this LR grid (enqueued, extended at an end) instead of sampling `search`
+    `trials_per_cell` times; both stay valid, as a preset without it would need them."""
     seeds: tuple[int, ...] = (0,)
     """Seed of tuning trials is seeds[0]; the others re-run each cell's best point."""
     seq_len: int = 128
@@ -94,6 +136,17 @@ class StudyPreset:
             raise K3ScaleError("preset: budgets must be positive token counts")
         if self.search.lr_low < 10 * self.lr_min:
             raise K3ScaleError("preset: search.lr_low must be at least 10x lr_min (methods.md 1.4)")
+        if self.lr_grid is not None and lr_extent(self.lr_grid)[0] < 10 * self.lr_min:
+            raise K3ScaleError(
+                f"preset: the lr grid reaches {lr_extent(self.lr_grid)[0]:.3g} after "
+                f"{self.lr_grid.max_extensions} extensions down, below 10x lr_min "
+                f"{self.lr_min:g} (methods.md 1.4)"
+            )
+
+    @property
+    def planned_trials_per_cell(self) -> int:
+        """Tuning trials per cell before any grid extension."""
+        return self.lr_grid.points if self.lr_grid is not None else self.trials_per_cell
 
 
 @dataclass(frozen=True, kw_only=True)

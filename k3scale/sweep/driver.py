@@ -2,9 +2,10 @@
 
 It keeps every slot busy (cheap cells first, the least-served cell next so none starves), shares
 WSD trunks across budgets, re-runs each cell's best point with more seeds and runs the shared
-(LR, batch) arm once a cell's tuning is done. Killed at any moment and restarted with the same
-command, it resumes from the Optuna storage: finished trials are never rerun, and trials left
-RUNNING are launched again (their runs resume from their checkpoints).
+(LR, batch) arm once a cell's tuning is done. A preset with an LR grid runs the grid's points in
+every cell and extends the grid while a cell's best sits at an end. Killed at any moment and
+restarted with the same command, it resumes from the Optuna storage: finished trials are never
+rerun, and trials left RUNNING are launched again (their runs resume from their checkpoints).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Driver:
         self.counters = _Counters()
         self.extras_queued: set[str] = set()
         self.logged = finished_runs_by_hash(ctx.tracking_uri, ctx.study.name)
-        self.progress = Progress(self.cells, ctx.preset.trials_per_cell, log)
+        self.progress = Progress(self.cells, ctx.preset.planned_trials_per_cell, log)
         import ray
 
         self._remote = ray.remote(_run_payload_entry).options(
@@ -122,8 +123,10 @@ class Driver:
 
     def run(self) -> _Counters:
         """Launch, wait and tell until no work is left."""
+        self._enqueue_grids()
         self._relaunch_stale()
         while True:
+            self._extend_grids()
             self._enqueue_extras()
             while len(self.jobs) < self.slots and self._launch_next():
                 pass
@@ -169,8 +172,14 @@ class Driver:
         if self._trunk_cell(cell) != cell:
             return False
         study = self.tuning[cell.key]
-        used = sources.count(study, TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
-        if used >= self.ctx.preset.trials_per_cell:
+        if self.ctx.preset.lr_grid is not None:
+            # Grid cells run only what was queued: the grid's points and its extensions.
+            if not sources.count(study, TrialState.WAITING):
+                return False
+        elif (
+            sources.count(study, TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+            >= self.ctx.preset.trials_per_cell
+        ):
             return False
         trial = study.ask(sources.tuning_distributions(self.ctx.preset))
         self._launch(cell, study, trial, sources.TUNED)
@@ -193,6 +202,34 @@ class Driver:
                         f"resuming {cell.key} trial {trial.number} (left running by a previous driver)"
                     )
                     self._launch(cell, group[cell.key], trial, arm)
+
+    def _enqueue_grids(self) -> None:
+        """Queue the grid's points in every driving study (a branch cell gets its trunk's)."""
+        if self.ctx.preset.lr_grid is None:
+            return
+        for cell in self.cells:
+            if self._trunk_cell(cell) == cell:
+                sources.enqueue_grid(self.tuning[cell.key], self.ctx.preset.lr_grid)
+
+    def _extend_grids(self) -> None:
+        """Queue an LR beyond each grid end that holds a cell's best, once its trials are in."""
+        if self.ctx.preset.lr_grid is None:
+            return
+        for cell in self.cells:
+            if self._trunk_cell(cell) != cell or cell.key in self.extras_queued:
+                continue
+            for lr in self._grid_extensions(cell) or ():
+                self.log(f"{cell.key}: best LR at an end of the grid tried so far; adding {lr:.3g}")
+                sources.enqueue_lr(self.tuning[cell.key], lr, self.ctx.preset.lr_grid)
+
+    def _grid_extensions(self, driving: Cell) -> list[float] | None:
+        """None while `driving`'s trials run or wait; else the LRs its grid still needs, judged
+        on every budget its trials report to (a shared WSD trunk's branches included)."""
+        study = self.tuning[driving.key]
+        if sources.count(study, TrialState.RUNNING, TrialState.WAITING):
+            return None
+        budgets = [self.tuning[c.key] for c in self.cells if self._trunk_cell(c) == driving]
+        return sources.grid_extensions(study, budgets, self.ctx.preset.lr_grid)
 
     def _enqueue_extras(self) -> None:
         """Once a cell is tuned: its best point with the other seeds, and the shared arm."""
@@ -219,6 +256,9 @@ class Driver:
                         )
 
     def _tuning_done(self, cell: Cell) -> bool:
+        if self.ctx.preset.lr_grid is not None:
+            # A trunk's budgets finish together: a later trunk trial may move any budget's best.
+            return self._grid_extensions(self._trunk_cell(cell)) == []
         study = self.tuning[cell.key]
         if sources.count(study, TrialState.RUNNING, TrialState.WAITING):
             return False
@@ -381,9 +421,9 @@ class Driver:
             sources.count(self.tuning[c.key], TrialState.COMPLETE, TrialState.FAIL)
             for c in self.cells
         )
-        return min(ended, len(self.cells) * self.ctx.preset.trials_per_cell), len(self.cells) * (
-            self.ctx.preset.trials_per_cell
-        )
+        # Grid extensions are not foreseen: the count stops at the grid's points.
+        planned = len(self.cells) * self.ctx.preset.planned_trials_per_cell
+        return min(ended, planned), planned
 
     def _print_progress(self) -> None:
         self.progress.print(

@@ -138,9 +138,11 @@ def trial_config(
 
 
 def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
-    """Trials, tokens and FLOPs the preset will spend (WSD trunks counted once)."""
+    """Trials, tokens and FLOPs the preset will spend (WSD trunks counted once; an LR grid's
+    points, not its extensions)."""
     cells = plan_cells(study, preset)
-    tuned = len(cells) * preset.trials_per_cell
+    trials = preset.planned_trials_per_cell
+    tuned = len(cells) * trials
     tokens = 0
     flops = 0
     for cell in cells:
@@ -151,8 +153,8 @@ def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
             and cell.budget_tokens != max(preset.budgets)
         ):
             per_trial = round(preset.wsd_decay_fraction * cell.budget_tokens)
-        tokens += per_trial * preset.trials_per_cell
-        flops += per_trial * preset.trials_per_cell * cell_flops(cell, preset) // cell.budget_tokens
+        tokens += per_trial * trials
+        flops += per_trial * trials * cell_flops(cell, preset) // cell.budget_tokens
     baseline = study.schedules[0]
     shared = sum(cell.schedule != baseline for cell in cells) if study.shared_arm else 0
     extra_runs = len(cells) * (len(preset.seeds) - 1) + shared
@@ -241,14 +243,14 @@ def estimate_wall_s(
     """Seconds the study's trials take on `slots` parallel trials of a machine with this
     fp32 matmul peak per trial: every trial's modelled time, spread evenly over the slots."""
     scale = model.peak_flops / peak_flops
-    batches = preset.search.batch_sizes
+    batches = (preset.lr_grid.batch_size,) if preset.lr_grid else preset.search.batch_sizes
     total = 0.0
     for cell, tokens, count in _trial_tokens(study, preset):
         if cell.arch not in model.per_token_s:
             raise K3ScaleError(f"no measured throughput of {cell.arch} runs in {model.source}")
         size = get_preset(cell.size)
         flops = accounting.flops_per_token(size, preset.seq_len)
-        # Batch sizes are searched uniformly: the mean of N / B over the searched ones.
+        # Batch sizes are searched uniformly (a grid has one): the mean of N / B over them.
         inverse_batch = sum(1 / (b * preset.seq_len) for b in batches) / len(batches)
         per_token = (
             model.per_token_s[cell.arch]
@@ -266,6 +268,6 @@ def _trial_tokens(study: Study, preset: StudyPreset):
         tokens = cell.budget_tokens
         if cell.schedule == "wsd" and preset.share_wsd_trunks and tokens != max(preset.budgets):
             tokens = round(preset.wsd_decay_fraction * tokens)  # a branch off a shared trunk
-        yield cell, tokens, preset.trials_per_cell
+        yield cell, tokens, preset.planned_trials_per_cell
         extra = len(preset.seeds) - 1 + (study.shared_arm and cell.schedule != baseline)
         yield cell, cell.budget_tokens, extra

@@ -1,6 +1,7 @@
 """Optuna bookkeeping of a study: one Optuna study per cell, plus one per cell for extra runs.
 
-The Optuna storage is the sweep's state. Tuned cells ask the seeded TPE sampler; the extra
+The Optuna storage is the sweep's state. Tuned cells ask the seeded TPE sampler, or, with an LR
+grid, run the grid's enqueued points and the extensions queued as results come in; the extra
 studies hold fixed, enqueued runs (each cell's best point re-run with more seeds, and the shared
 (LR, batch) arm), so a restarted driver finds every kind of pending work in one place.
 """
@@ -13,13 +14,21 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from k3scale.sweep.declaration import StudyPreset
+from k3scale.sweep import grid as lr_grid
+from k3scale.sweep.declaration import LRGrid, StudyPreset
 from k3scale.sweep.planner import Cell
 
 TUNED, SEED, SHARED = "tuned", "seed", "shared"
 
 
 def tuning_distributions(preset: StudyPreset) -> dict:
+    if preset.lr_grid is not None:
+        # Wide enough for every extension: a stored trial's LR must lie inside its distribution.
+        low, high = lr_grid.lr_extent(preset.lr_grid)
+        return {
+            "lr": FloatDistribution(low, high, log=True),
+            "batch_size": CategoricalDistribution([preset.lr_grid.batch_size]),
+        }
     space = preset.search
     return {
         "lr": FloatDistribution(space.lr_low, space.lr_high, log=True),
@@ -85,3 +94,33 @@ def best_params(study: optuna.Study) -> dict | None:
 def enqueue_extra(study: optuna.Study, params: dict, seed: int, arm: str) -> None:
     """Queue one fixed run (idempotent: the same run is never queued twice)."""
     study.enqueue_trial({**params, "seed": seed, "arm": arm}, skip_if_exists=True)
+
+
+def enqueue_grid(study: optuna.Study, grid: LRGrid) -> None:
+    """Queue the grid's points (idempotent: a resumed driver queues nothing twice)."""
+    for lr in lr_grid.grid_lrs(grid):
+        enqueue_lr(study, lr, grid)
+
+
+def enqueue_lr(study: optuna.Study, lr: float, grid: LRGrid) -> None:
+    study.enqueue_trial({"lr": lr, "batch_size": grid.batch_size}, skip_if_exists=True)
+
+
+def grid_extensions(
+    driving: optuna.Study, budgets: list[optuna.Study], grid: LRGrid
+) -> list[float]:
+    """LRs to add to `driving`'s grid: one beyond each end that holds the best of one of the
+    `budgets` studies, new to `driving`, while extensions are left (`driving`'s trials count
+    them). `budgets` are the studies `driving`'s trials report to: itself, and the branch
+    cells of a shared WSD trunk. Call it once `driving` has nothing running or waiting."""
+    tried = [t.params["lr"] for t in driving.get_trials(deepcopy=False) if "lr" in t.params]
+    done = lr_grid.count_extensions(tried, grid)
+    found: list[float] = []
+    for study in budgets:
+        best = best_params(study)
+        if best is None:
+            continue
+        lr = lr_grid.next_extension(tried, best["lr"], grid, done + len(found))
+        if lr is not None and not any(lr_grid.same_lr(lr, old, grid) for old in tried + found):
+            found.append(lr)
+    return found
