@@ -24,7 +24,7 @@ def build_mixer(cfg: ModelConfig, kind: str) -> nn.Module:
     """The token mixer of a layer: `"mla"` (either family) or `"kda"` (K3 only)."""
     if kind == "mla":
         return MultiHeadLatentAttention(
-            cfg.d_model, cfg.mla, cfg.rms_eps, cfg.init_std, pad_heads=cfg.backend == "cpu"
+            cfg.d_model, cfg.mla, cfg.rms_eps, cfg.init_std, fast_attention=cfg.backend == "cpu"
         )
     if kind == "kda" and isinstance(cfg, K3Config):
         return KimiDeltaAttention(cfg.d_model, cfg.kda, cfg.rms_eps, cfg.init_std, cfg.backend)

@@ -7,12 +7,13 @@ gate on the attention output: `y = W_o (sigmoid(W_g x) * o)`.
 
 Training uses the naive expanded form: per-head keys `[k_nope^h | k_tail]` (the tail is one vector
 shared by all heads) and causal `scaled_dot_product_attention` with scale `(d_nope + d_rope)^-1/2`.
-With `pad_heads` (the "cpu" backend) q, k and v are zero-padded to one width, a multiple of
-`PAD_MULTIPLE`: torch's CPU flash kernel needs equal q/k and v widths (MLA has d_v < d_nope +
-d_rope) and otherwise falls back to the math path, which forms every `[T, T]` score matrix, mask
-and softmax in memory. Zero columns change no dot product, and the padded output columns are
-dropped. Measured fwd+bwd at B 16, H 7, T 256, one thread: math path (q/k 12, v 8) 120 ms, flash
-at width 12 57 ms, at width 16 46 ms.
+With `fast_attention` (the "cpu" backend) narrow heads go to the fused C++ kernel of
+ops/attention (CPU, fp32/fp64, no autocast); otherwise q, k and v are zero-padded to one width, a
+multiple of `PAD_MULTIPLE`, for torch's CPU flash kernel, which needs equal q/k and v widths (MLA
+has d_v < d_nope + d_rope) and otherwise falls back to the math path that forms every `[T, T]`
+score matrix, mask and softmax in memory. Zero columns change no dot product, and the padded
+output columns are dropped. Measured fwd+bwd at B 16, H 7, T 256, one thread: math path (q/k 12,
+v 8) 120 ms, flash at width 12 57 ms, at width 16 46 ms.
 
 Weight row layouts (relied on by QK-Clip and Per-Head Muon):
     q weight (`q_b_proj` or `q_proj`): head h owns rows `[h*(dn+dr), (h+1)*(dn+dr))`, nope first.
@@ -50,13 +51,19 @@ class MultiHeadLatentAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, cfg: MLAConfig, rms_eps: float, init_std: float, pad_heads: bool = False
+        self,
+        d_model: int,
+        cfg: MLAConfig,
+        rms_eps: float,
+        init_std: float,
+        fast_attention: bool = False,
     ) -> None:
         super().__init__()
         self.cfg = cfg
         heads, d_qk = cfg.num_heads, cfg.d_nope + cfg.d_rope
         widest = max(d_qk, cfg.d_v)
-        self.padded_width = -(-widest // PAD_MULTIPLE) * PAD_MULTIPLE if pad_heads else None
+        self.fused_attention = fast_attention
+        self.padded_width = -(-widest // PAD_MULTIPLE) * PAD_MULTIPLE if fast_attention else None
         self.softmax_scale = d_qk**-0.5
         if cfg.q_lora_rank is None:
             self.q_proj = linear(d_model, heads * d_qk, init_std)
@@ -96,7 +103,14 @@ class MultiHeadLatentAttention(nn.Module):
         return self.o_proj(o)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Causal SDPA `[B, H, T, d_v]`, on heads zero-padded to `padded_width` when set."""
+        """Causal attention `[B, H, T, d_v]`: the fused kernel when on and supported, else SDPA
+        on heads zero-padded to `padded_width` when set."""
+        if self.fused_attention:
+            from k3scale.ops.attention.causal import causal_attention, fused_supported
+
+            if fused_supported(q, v):
+                q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+                return causal_attention(q, k, v, self.softmax_scale).transpose(1, 2)
         width = self.padded_width
         if width is None or width == q.shape[-1] == v.shape[-1]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)

@@ -299,7 +299,7 @@ def test_padded_heads_give_the_same_output_and_gradients(name: str, dtype: torch
     # path of the unpadded module is the reference. fp32 differs by summation order only.
     reference = make_mla(VARIANTS[name]).to(dtype)
     padded = make_mla(VARIANTS[name]).to(dtype)
-    padded.padded_width = 16
+    padded.padded_width = 16  # the flash path, without the fused kernel
     x = random_input(40).to(dtype)
     results = []
     for module in (reference, padded):
@@ -312,7 +312,23 @@ def test_padded_heads_give_the_same_output_and_gradients(name: str, dtype: torch
         assert rel_rms(actual, expected) < tolerance
 
 
-def test_pad_heads_rounds_the_widest_head_up_to_a_vector() -> None:
-    module = MultiHeadLatentAttention(D_MODEL, K2, RMS_EPS, 0.02, pad_heads=True)
+def test_fast_attention_pads_the_widest_head_up_to_a_vector() -> None:
+    module = MultiHeadLatentAttention(D_MODEL, K2, RMS_EPS, 0.02, fast_attention=True)
     assert module.padded_width == 16  # d_nope + d_rope = 12 -> 16
     assert MultiHeadLatentAttention(D_MODEL, K2, RMS_EPS, 0.02).padded_width is None
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_fused_attention_gives_the_same_output_and_gradients(name: str) -> None:
+    reference = make_mla(VARIANTS[name])
+    fused = make_mla(VARIANTS[name])
+    fused.fused_attention = True
+    x = random_input(40)
+    results = []
+    for module in (reference, fused):
+        inputs = x.clone().requires_grad_()
+        out = module(inputs)
+        out.square().sum().backward()
+        results.append([out.detach(), inputs.grad] + [p.grad for p in module.parameters()])
+    for actual, expected in zip(results[1], results[0], strict=True):
+        assert rel_rms(actual, expected) < FP64_TOL

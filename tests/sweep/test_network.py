@@ -124,7 +124,13 @@ def test_reaper_kills_marked_processes_when_its_pipe_closes():
         [sys.executable, "-m", "k3scale.sweep.reaper", owner], stdin=subprocess.PIPE
     )
     try:
-        assert sorted(reaper.marked_pids(owner)) == sorted(p.pid for p in marked)
+        # A child shows its environment (and so the mark) only once it has exec'd `sleep`: on a
+        # loaded machine that can take a moment after Popen returns.
+        expected = sorted(p.pid for p in marked)
+        deadline = time.monotonic() + 10
+        while sorted(reaper.marked_pids(owner)) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(reaper.marked_pids(owner)) == expected
         process.stdin.close()
         assert process.wait(timeout=30) == 0
         assert all(p.wait(timeout=REAP_WITHIN_S) == -signal.SIGKILL for p in marked)

@@ -14,6 +14,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sequence_aux_backward", &sequence_aux_backward_op);
   m.def("softmax_xent_grad", &softmax_xent_grad_op);
   m.def("conv_silu_forward", &conv_silu_forward_op);
+  m.def("causal_attention_forward", &causal_attention_forward_op);
+  m.def("causal_attention_backward", &causal_attention_backward_op);
   m.def("attnres_forward", &attnres_forward_op);
   m.def("attnres_backward", &attnres_backward_op);
   m.def("kda_recurrent_forward", &kda_recurrent_forward_op);

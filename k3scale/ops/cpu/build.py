@@ -29,6 +29,7 @@ OPS_DIR = Path(__file__).parent.parent
 SOURCES = tuple(
     OPS_DIR / name
     for name in (
+        "attention/causal.cpp",
         "attnres/fused.cpp",
         "cpu/bindings.cpp",
         "cpu/conv.cpp",

@@ -84,6 +84,14 @@ at::Tensor margin_counts_op(const at::Tensor& scores, const at::Tensor& cutoff,
 at::Tensor softmax_xent_grad_op(const at::Tensor& logits_t, const at::Tensor& targets,
                                 double scale);
 
+// attention/causal.cpp
+std::vector<at::Tensor> causal_attention_forward_op(const at::Tensor& q, const at::Tensor& k,
+                                                    const at::Tensor& v, double scale);
+std::vector<at::Tensor> causal_attention_backward_op(const at::Tensor& grad_out_any,
+                                                     const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, const at::Tensor& out,
+                                                     const at::Tensor& lse, double scale);
+
 // attnres/fused.cpp
 std::vector<at::Tensor> attnres_forward_op(const std::vector<at::Tensor>& sources,
                                            const at::Tensor& u, double eps);

@@ -1,0 +1,1 @@
+"""Causal attention on the fused C++ kernel for narrow heads (`causal.py`)."""

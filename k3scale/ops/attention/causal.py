@@ -1,0 +1,47 @@
+"""Causal softmax attention on the fused C++ kernel (causal.cpp): MLA's path under the "cpu"
+backend at the study ladders' head widths.
+
+At head widths 4-16 torch's CPU flash kernel spent about 60% of a K2 training step (k2-s3, batch
+8 x 256 tokens, one thread) in GEMM tiles whose inner dimension is the head width. The kernel
+here works one (sequence, head) at a time with the keys and values transposed in cache and
+vectorises across key positions; the backward recomputes the probabilities from the saved
+log-sum-exp. Inputs stay in the projections' `[B, T, H, D]` layout. tests/ops/test_attention.py
+compares outputs and every gradient with torch's `scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from k3scale.ops.cpu import load, supports
+
+# Widest head the kernel takes: beyond it torch's flash kernel has full tiles to work with.
+MAX_HEAD_WIDTH = 32
+
+
+def fused_supported(q: torch.Tensor, v: torch.Tensor) -> bool:
+    """Built, CPU, fp32/fp64, no autocast, heads no wider than MAX_HEAD_WIDTH."""
+    return max(q.shape[-1], v.shape[-1]) <= MAX_HEAD_WIDTH and supports(q, v)
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """`softmax(scale q k^T + causal mask) v` per head: q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`
+    -> `[B, T, H, Dv]`."""
+    return _CausalAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), float(scale))
+
+
+class _CausalAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale):
+        out, lse = load().causal_attention_forward(q, k, v, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = load().causal_attention_backward(grad_out, q, k, v, out, lse, ctx.scale)
+        return dq, dk, dv, None
