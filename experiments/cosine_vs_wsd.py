@@ -27,6 +27,7 @@ STUDY = Study(
         "smoke": presets.smoke(sizes(ladders.SMOKE), budgets=(16_384, 32_768)),
         "demo": presets.demo(sizes(ladders.DEMO)),
         "cpu": presets.cpu(sizes(ladders.CPU_SCHEDULES), trials_per_cell=6),
+        "cpu_v2": presets.cpu_v2(sizes(ladders.SMALL_VOCAB)),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

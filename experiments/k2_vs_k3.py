@@ -24,6 +24,7 @@ STUDY = Study(
         "smoke": presets.smoke(sizes(ladders.SMOKE)),
         "demo": presets.demo(sizes(ladders.DEMO)),
         "cpu": presets.cpu(sizes(ladders.CPU)),
+        "cpu_v2": presets.cpu_v2(sizes(ladders.SMALL_VOCAB)),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

@@ -5,6 +5,8 @@ DEMO = ("t1", "t2", "t3")
 CPU = ("t2", "t3", "t4")
 CPU_SCHEDULES = ("t1", "t2", "t3")
 """cosine vs WSD spends its CPU hours on more trials per cell rather than a larger top rung."""
+SMALL_VOCAB = ("s1", "s2", "s3")
+"""The v2 reference studies' rungs (vocab 512; k3scale.models.presets small ladders)."""
 GPU = ("t4", "t5", "t6", "t7")
 CLUSTER = ("t5", "t6", "t7", "t8", "t9")
 

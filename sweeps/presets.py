@@ -5,7 +5,7 @@ search space, trials, sequence length, evaluation, hardware) is shared here so b
 studies run at the same scale.
 """
 
-from k3scale.sweep.declaration import StudyPreset
+from k3scale.sweep.declaration import LRGrid, StudyPreset
 from sweeps import spaces
 
 
@@ -54,6 +54,41 @@ def cpu(sizes: dict[str, tuple[str, ...]], trials_per_cell: int = 5) -> StudyPre
         seq_len=128,
         eval_tokens=16_384,
         eval_points=1,
+    )
+
+
+def cpu_v2(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
+    """The v2 reference design on one 2-core machine (issue 20): models where the body matters
+    (the small-vocabulary ladders, vocab 512, on the english_mix_v512 build), runs long enough for
+    a schedule's decay to matter, and tuning on one LR grid that is extended until each cell's
+    optimum is interior.
+
+    - Budgets of 10 and 20 tokens per active parameter at every size (a WSD trunk carries both;
+      cosine runs each), batch 7 x 256 tokens: from 166 steps (k3-s1 at 10) to 1,527 (k2-s3
+      at 20).
+    - 256-token sequences: KDA's state and NoPE MLA have context to use (v1 had 128).
+    - LR grid: 5 points 1.6x apart around 1.5e-2 (v1's tuned optima at these widths were
+      1e-2 to 5e-2), up to 2 extensions each way; batch fixed at 7 sequences (the rule: the
+      largest batch giving >= 150 steps at the smallest budget of the smallest rung; 8 gives 146).
+    - Warmup: 10% of each size's smallest budget, the same tokens for both schedules.
+    - Seeds 0, 1, 2 at each cell's optimum.
+    Not run yet: `k3scale study plan` prints its cost.
+    """
+    grid = LRGrid(center=1.5e-2, points=5, ratio=1.6, max_extensions=2, batch_size=7)
+    return StudyPreset(
+        sizes=sizes,
+        budgets=(1,),  # unused: budgets_per_param sets each size's budgets
+        budgets_per_param=(10.0, 20.0),
+        search=spaces.SMALL_CPU,
+        trials_per_cell=grid.points,
+        lr_grid=grid,
+        seeds=(0, 1, 2),
+        dataset="english_mix_v512",
+        seq_len=256,
+        eval_tokens=16_384,
+        eval_points=2,
+        micro_batch_size=7,
+        warmup_fraction=0.1,
     )
 
 

@@ -22,7 +22,10 @@ def register(sub) -> None:
     run.add_argument("--storage", help="Optuna storage URL (default: SQLite in the study folder)")
     run.add_argument("--data-root", default="data_cache", help="prepared datasets folder")
     run.add_argument(
-        "--dataset", default="english_mix", help="prepared dataset name under --data-root"
+        "--dataset",
+        default=None,
+        help="prepared dataset name under --data-root (default: the preset's, english_mix unless "
+        "it names another)",
     )
     run.add_argument(
         "--allow-code-change",
@@ -46,7 +49,10 @@ def register(sub) -> None:
         "--data-root", default="data_cache", help="prepared datasets folder on the cluster"
     )
     submit.add_argument(
-        "--dataset", default="english_mix", help="prepared dataset name under --data-root"
+        "--dataset",
+        default=None,
+        help="prepared dataset name under --data-root (default: the preset's, english_mix unless "
+        "it names another)",
     )
     submit.set_defaults(handler=_submit)
 
@@ -221,10 +227,9 @@ def _submit(args) -> int:
         args.preset,
         "--data-root",
         args.data_root,
-        "--dataset",
-        args.dataset,
     ]
     for flag, value in (
+        ("--dataset", args.dataset),
         ("--tracking-uri", args.tracking_uri),
         ("--storage", args.storage),
         ("--study-dir", args.study_dir),

@@ -241,18 +241,31 @@ def _multiplier_grid(compute: list[float]) -> list[float]:
     return np.exp(np.linspace(lo, hi, MULTIPLIER_POINTS)).tolist()
 
 
-def _design_cell(e: CellEstimate) -> tuple[str, int]:
-    """(rung, budget) of a cell: "k3-t2" and "k2-t2" are the same rung of two arms' ladders."""
-    return e.cell["size"].rsplit("-", 1)[-1], e.cell["budget_tokens"]
+def _design_cells(estimates: list[CellEstimate]):
+    """`key(e)` -> (rung, budget rank) of a cell: "k3-t2" and "k2-t2" are the same rung of two
+    arms' ladders, and a budget is matched by its rank among its size's budgets, so designs with
+    one token budget list and designs with budgets in tokens per parameter (each size its own
+    token counts, issue 20) pair the same way."""
+    budgets: dict[tuple[str, str], set[int]] = {}
+    for e in estimates:
+        budgets.setdefault((e.cell["arch"], e.cell["size"]), set()).add(e.cell["budget_tokens"])
+    ranks = {key: sorted(values) for key, values in budgets.items()}
+
+    def key(e: CellEstimate) -> tuple[str, int]:
+        size, budget = e.cell["size"], e.cell["budget_tokens"]
+        return size.rsplit("-", 1)[-1], ranks[(e.cell["arch"], size)].index(budget)
+
+    return key
 
 
 def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict:
     """Identified cell optima per group as compute_optimal.ArmOptima (one FLOP convention).
 
-    Only design cells (rung, budget) identified in every group enter: frontiers over different
+    Only design cells (rung, budget rank) identified in every group enter: frontiers over different
     subsets of the design would differ by which cells happened to be identified, not by arm.
     """
     groups = sorted({e.cell[group_key] for e in estimates})
+    _design_cell = _design_cells(estimates)
     common = set.intersection(
         *(
             {_design_cell(e) for e in estimates if e.cell[group_key] == g and e.optimum.identified}

@@ -94,11 +94,18 @@ class StudyPreset:
     """Search space of every tuned cell (identical for both schedules); unused with `lr_grid`."""
     trials_per_cell: int
     """Tuning trials per cell; unused with `lr_grid`."""
+    budgets_per_param: tuple[float, ...] = ()
+    """Budgets in tokens per active parameter (issue 20: every size from <= 10 to >= 20); when
+    set, each size's budgets are these times its N_active (`budgets_for`) and `budgets` is
+    unused."""
     lr_grid: LRGrid | None = None
     """Tune on this LR grid (enqueued, extended at an end) instead of sampling `search`
     `trials_per_cell` times; both stay valid, as a preset without it would need them."""
     seeds: tuple[int, ...] = (0,)
     """Seed of tuning trials is seeds[0]; the others re-run each cell's best point."""
+    dataset: str = "english_mix"
+    """Prepared dataset the study trains on unless `--dataset` names another (its vocabulary
+    must be the models')."""
     seq_len: int = 128
     """Tokens per sequence."""
     eval_tokens: int = 32_768
@@ -134,6 +141,8 @@ class StudyPreset:
             raise K3ScaleError("preset: trials_per_cell must be >= 1")
         if not self.budgets or min(self.budgets) < 1:
             raise K3ScaleError("preset: budgets must be positive token counts")
+        if any(not (isinstance(x, int | float) and x > 0) for x in self.budgets_per_param):
+            raise K3ScaleError("preset: budgets_per_param must be positive numbers")
         if self.search.lr_low < 10 * self.lr_min:
             raise K3ScaleError("preset: search.lr_low must be at least 10x lr_min (methods.md 1.4)")
         if self.lr_grid is not None and lr_extent(self.lr_grid)[0] < 10 * self.lr_min:
@@ -142,6 +151,18 @@ class StudyPreset:
                 f"{self.lr_grid.max_extensions} extensions down, below 10x lr_min "
                 f"{self.lr_min:g} (methods.md 1.4)"
             )
+
+    def budgets_for(self, size: str) -> tuple[int, ...]:
+        """The budgets (tokens) of one model size: `budgets`, or `budgets_per_param` times its
+        N_active rounded to whole steps of the largest batch the preset can run."""
+        if not self.budgets_per_param:
+            return self.budgets
+        from k3scale.models import accounting
+
+        n_active = accounting.num_params_active(get_preset(size))
+        batch = self.lr_grid.batch_size if self.lr_grid else max(self.search.batch_sizes)
+        step = batch * self.seq_len
+        return tuple(max(step, round(r * n_active / step) * step) for r in self.budgets_per_param)
 
     @property
     def planned_trials_per_cell(self) -> int:

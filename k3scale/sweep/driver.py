@@ -164,7 +164,7 @@ class Driver:
         return Cell(
             arch=cell.arch,
             size=cell.size,
-            budget_tokens=max(self.ctx.preset.budgets),
+            budget_tokens=max(self.ctx.preset.budgets_for(cell.size)),
             schedule="wsd",
         )
 
@@ -287,7 +287,8 @@ class Driver:
             arm == sources.TUNED
             and cell.schedule == "wsd"
             and self._trunk_cell(cell) == cell
-            and (self.ctx.preset.share_wsd_trunks and len(self.ctx.preset.budgets) > 1)
+            and self.ctx.preset.share_wsd_trunks
+            and len(self.ctx.preset.budgets_for(cell.size)) > 1
         )
         tag = f"{'e' if study.study_name.endswith('|extra') else 't'}{number:03d}"
         cfg = self._config(cell, params, seed, tag, arm)
@@ -309,7 +310,7 @@ class Driver:
             # Each branch is the straight run of its own cell (folder, name, tags), forked.
             branch_cells = [
                 Cell(arch=cell.arch, size=cell.size, budget_tokens=b, schedule="wsd")
-                for b in self.ctx.preset.budgets
+                for b in self.ctx.preset.budgets_for(cell.size)
                 if b != cell.budget_tokens
             ]
             payload["branches"] = [

@@ -58,7 +58,7 @@ def plan_cells(study: Study, preset: StudyPreset) -> list[Cell]:
         Cell(arch=arch, size=size, budget_tokens=budget, schedule=schedule)
         for arch in study.archs
         for size in preset.sizes[arch]
-        for budget in preset.budgets
+        for budget in preset.budgets_for(size)
         for schedule in study.schedules
     ]
     return sorted(cells, key=lambda c: (cell_flops(c, preset), c.key))
@@ -70,9 +70,10 @@ def cell_flops(cell: Cell, preset: StudyPreset) -> int:
     return accounting.flops_per_token(model, preset.seq_len) * cell.budget_tokens
 
 
-def warmup_tokens(preset: StudyPreset) -> int:
-    """One warmup length for every cell and both schedules."""
-    return round(preset.warmup_fraction * min(preset.budgets))
+def warmup_tokens(preset: StudyPreset, size: str) -> int:
+    """One warmup length for every cell of a size and both schedules (its smallest budget's
+    fraction; with fixed budgets, one length for the whole study)."""
+    return round(preset.warmup_fraction * min(preset.budgets_for(size)))
 
 
 def trial_config(
@@ -110,7 +111,7 @@ def trial_config(
         optim=OptimConfig(lr=lr, per_head_muon=cell.arch == "k3"),
         schedule=ScheduleConfig(
             kind=cell.schedule,
-            warmup_tokens=warmup_tokens(preset),
+            warmup_tokens=warmup_tokens(preset, cell.size),
             lr_min=preset.lr_min,
             decay_fraction=preset.wsd_decay_fraction,
             decay_shape=preset.wsd_decay_shape,
@@ -150,7 +151,7 @@ def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
         if (
             cell.schedule == "wsd"
             and preset.share_wsd_trunks
-            and cell.budget_tokens != max(preset.budgets)
+            and cell.budget_tokens != max(preset.budgets_for(cell.size))
         ):
             per_trial = round(preset.wsd_decay_fraction * cell.budget_tokens)
         tokens += per_trial * trials
@@ -266,7 +267,8 @@ def _trial_tokens(study: Study, preset: StudyPreset):
     baseline = study.schedules[0]
     for cell in plan_cells(study, preset):
         tokens = cell.budget_tokens
-        if cell.schedule == "wsd" and preset.share_wsd_trunks and tokens != max(preset.budgets):
+        trunk = max(preset.budgets_for(cell.size))
+        if cell.schedule == "wsd" and preset.share_wsd_trunks and tokens != trunk:
             tokens = round(preset.wsd_decay_fraction * tokens)  # a branch off a shared trunk
         yield cell, tokens, preset.planned_trials_per_cell
         extra = len(preset.seeds) - 1 + (study.shared_arm and cell.schedule != baseline)

@@ -69,7 +69,7 @@ def run_study(
     tracking_uri: str | None = None,
     storage: str | None = None,
     data_root: str = "data_cache",
-    dataset: str = "english_mix",
+    dataset: str | None = None,
     allow_code_change: bool = False,
     log=print,
 ) -> dict[str, Any]:
@@ -83,6 +83,7 @@ def run_study(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(study_path)
     preset = study.preset(preset_name)
+    dataset = dataset or preset.dataset
     folder = Path(study_dir or default_study_dir(study.name, preset_name)).resolve()
     if folder.exists() and not folder.is_dir():
         raise K3ScaleError(f"--study-dir {folder} is a file, not a folder")

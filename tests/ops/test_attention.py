@@ -36,7 +36,7 @@ def outputs_and_grads(fn, q, k, v, probe):
     return [out.detach(), *(x.grad for x in leaves)]
 
 
-@pytest.mark.parametrize(("steps", "dk", "dv"), [(1, 4, 4), (7, 12, 8), (40, 24, 16), (70, 5, 3)])
+@pytest.mark.parametrize(("steps", "dk", "dv"), [(1, 4, 4), (7, 12, 8), (40, 16, 16), (70, 5, 3)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_matches_torch_sdpa(steps, dk, dv, dtype):
     gen = torch.Generator().manual_seed(steps * 31 + dk)
@@ -54,7 +54,7 @@ def test_matches_torch_sdpa(steps, dk, dv, dtype):
 
 
 def test_supported_only_for_narrow_heads_without_autocast():
-    narrow, wide = torch.randn(1, 4, 2, 16), torch.randn(1, 4, 2, 64)
+    narrow, wide = torch.randn(1, 4, 2, 16), torch.randn(1, 4, 2, 24)
     assert fused_supported(narrow, narrow) and not fused_supported(wide, narrow)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fused_supported(narrow, narrow)

@@ -40,7 +40,9 @@ def test_every_cell_of_every_preset_builds(path):
                 preset,
                 cell,
                 lr=(lo * hi) ** 0.5,
-                batch_size=max(preset.search.batch_sizes),
+                batch_size=(
+                    preset.lr_grid.batch_size if preset.lr_grid else max(preset.search.batch_sizes)
+                ),
                 seed=0,
                 out_dir="/tmp/x",
                 data_root="/tmp/data",
@@ -49,7 +51,7 @@ def test_every_cell_of_every_preset_builds(path):
             )
             plan = plan_run(cfg)
             assert plan.lrs[-1] == preset.lr_min
-            assert cfg.schedule.warmup_tokens == warmup_tokens(preset)
+            assert cfg.schedule.warmup_tokens == warmup_tokens(preset, cell.size)
             assert accounting.flops_per_token(cfg.model, cfg.data.seq_len) > 0
             assert len(config_hash(cfg)) == 16
         assert estimate_cost(study, preset)["tuning_trials"] == len(cells) * preset.trials_per_cell

@@ -1,7 +1,7 @@
 """Causal softmax attention on the fused C++ kernel (causal.cpp): MLA's path under the "cpu"
 backend at the study ladders' head widths.
 
-At head widths 4-16 torch's CPU flash kernel spent about 60% of a K2 training step (k2-s3, batch
+At head widths 4-12 torch's CPU flash kernel spent about 60% of a K2 training step (k2-s3, batch
 8 x 256 tokens, one thread) in GEMM tiles whose inner dimension is the head width. The kernel
 here works one (sequence, head) at a time with the keys and values transposed in cache and
 vectorises across key positions; the backward recomputes the probabilities from the saved
@@ -15,8 +15,10 @@ import torch
 
 from k3scale.ops.cpu import load, supports
 
-# Widest head the kernel takes: beyond it torch's flash kernel has full tiles to work with.
-MAX_HEAD_WIDTH = 32
+# Widest head the kernel takes. `k3scale bench train` (one thread, batch 16 x 256): with it,
+# k2-d48 (q/k 12, v 8) ran 1.59x the reference against 1.43x with padded flash; at k2-d64 (q/k 24,
+# v 16) it ran 1.05x against flash's 1.16x, so wider heads keep torch's flash kernel.
+MAX_HEAD_WIDTH = 16
 
 
 def fused_supported(q: torch.Tensor, v: torch.Tensor) -> bool:
