@@ -1,7 +1,7 @@
 """Loss against peak LR in every design cell, both arms on one axis: each arm's own tuning.
 
-A design cell is a (rung, budget) pair, so "k2-t2" and "k3-t2" share a subplot (the two archs'
-ladders have the same rungs; k3scale/scaling/study.py `_design_cell`). Per arm: every finished
+A design cell is a (rung, budget rank) pair, so "k2-t2" and "k3-t2" share a subplot (the two
+archs' ladders have the same rungs; k3scale/scaling/study.py `_design_cells`). Per arm: every finished
 tuned trial (faint), the trials at the arm's best batch joined by a line (the LR slice through
 the landscape), the best trial (large; open when at an edge of the LRs tried) and its seed
 re-runs. The reference arm's best LR is the shared setting: a grey dotted line, and the runs of
@@ -109,27 +109,27 @@ def lr_sweep_panel(
     other_key = "arch" if arm_key == "schedule" else "schedule"
     runs = runs.filter(pl.col(other_key) == fixed)
     ok = finished_with(runs, metric).with_columns(
-        pl.col("size").map_elements(_rung, pl.String).alias("rung")
+        pl.col("size").map_elements(_rung, pl.String).alias("rung"), _budget_level()
     )
     optima = cell_optima(runs, metric).with_columns(
-        pl.col("size").map_elements(_rung, pl.String).alias("rung")
+        pl.col("size").map_elements(_rung, pl.String).alias("rung"), _budget_level()
     )
     arms = sorted(optima[arm_key].unique().to_list())
     if len(arms) < 2:
         raise K3ScaleError(f"dashboard: the LR sweeps need two {arm_key} values, got {arms}")
     rungs = optima.sort("n_active")["rung"].unique(maintain_order=True).to_list()
-    budgets = sorted(optima["budget_tokens"].unique().to_list())
+    budgets = sorted(optima["level"].unique().to_list())
     fig = make_subplots(
         rows=len(rungs),
         cols=len(budgets),
-        subplot_titles=[f"{r}, D={theme.fmt_sci(b)} tokens" for r in rungs for b in budgets],
+        subplot_titles=[_title(optima, r, b) for r in rungs for b in budgets],
         shared_xaxes="all",
         vertical_spacing=0.25 / len(rungs),
         horizontal_spacing=0.06,
     )
     shown: set[str] = set()
     for opt in optima.sort(arm_key).iter_rows(named=True):
-        where = (pl.col("rung") == opt["rung"]) & (pl.col("budget_tokens") == opt["budget_tokens"])
+        where = (pl.col("rung") == opt["rung"]) & (pl.col("level") == opt["level"])
         mine = ok.filter(where & (pl.col(arm_key) == opt[arm_key]))
         tuned = mine.filter(pl.col("arm").is_null() | (pl.col("arm") == TUNED))
         seeds = mine.filter(
@@ -156,7 +156,7 @@ def lr_sweep_panel(
                 ("best (open: at an LR edge)", "(shared setting)")
             )
             shown |= {t["legendgroup"]} if t["showlegend"] else set()
-        row, col = rungs.index(opt["rung"]) + 1, budgets.index(opt["budget_tokens"]) + 1
+        row, col = rungs.index(opt["rung"]) + 1, budgets.index(opt["level"]) + 1
         fig.add_traces(traces, rows=row, cols=col)
         if arm == reference:
             fig.add_vline(
@@ -177,8 +177,25 @@ def lr_sweep_panel(
     )
 
 
+def _budget_level() -> pl.Expr:
+    """A cell's budget rank among its size's budgets: arms pair by (rung, rank), as the analysis
+    does (scaling/study.py), so budgets set per parameter (each size its own tokens) pair too."""
+    return (
+        pl.col("budget_tokens").rank("dense").over(["arch", "size"]).cast(pl.Int64).alias("level")
+    )
+
+
+def _title(optima: pl.DataFrame, rung: str, level: int) -> str:
+    budgets = optima.filter((pl.col("rung") == rung) & (pl.col("level") == level))["budget_tokens"]
+    if budgets.is_empty():
+        return f"{rung}, budget {level}"
+    lo, hi = budgets.min(), budgets.max()
+    tokens = theme.fmt_sci(lo) if lo == hi else f"{theme.fmt_sci(lo)}-{theme.fmt_sci(hi)}"
+    return f"{rung}, D={tokens} tokens"
+
+
 def _caption(optima: pl.DataFrame, arm_key: str, reference: str, arms: list[str]) -> str:
-    wide = optima.pivot(on=arm_key, index=["rung", "budget_tokens"], values="lr")
+    wide = optima.pivot(on=arm_key, index=["rung", "level"], values="lr")
     others = [a for a in arms if a != reference]
     ratios = []
     for other in others:

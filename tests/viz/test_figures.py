@@ -213,3 +213,18 @@ def test_seed_noise_pairs_each_rerun_with_its_original():
     sigma = (((0.04**2 + 0.02**2) / 2) ** 0.5) / 2**0.5
     assert f"sigma = {sigma:.3g}" in panel.caption
     assert panel.figure.layout.yaxis.range[1] >= 0.04
+
+
+def test_lr_sweep_pairs_budgets_by_rank_when_each_size_has_its_own(runs):
+    # Budgets set per parameter give k2 and k3 other token counts at each rung; the sweep must
+    # still put them in one subplot per (rung, budget rank), as the analysis pairs them.
+    shifted = runs.with_columns(
+        pl.when(pl.col("arch") == "k3")
+        .then(pl.col("budget_tokens") + 7)
+        .otherwise(pl.col("budget_tokens"))
+        .alias("budget_tokens")
+    )
+    panel = lr_sweep.lr_sweep_panel(shifted, "arch", "k2", "cosine", METRIC)
+    assert "over 6 cells" in panel.caption
+    titles = [a.text for a in panel.figure.layout.annotations if "tokens" in a.text]
+    assert len(titles) == 6 and all("-" in t.split("D=")[1] for t in titles)
