@@ -418,13 +418,16 @@ class Driver:
 
     def _trial_counts(self) -> tuple[int, int]:
         """(ended, planned) tuning trials over all cells (WSD branches count in their cells)."""
-        ended = sum(
-            sources.count(self.tuning[c.key], TrialState.COMPLETE, TrialState.FAIL)
-            for c in self.cells
-        )
-        # Grid extensions are not foreseen: the count stops at the grid's points.
-        planned = len(self.cells) * self.ctx.preset.planned_trials_per_cell
-        return min(ended, planned), planned
+        per_cell = self.ctx.preset.planned_trials_per_cell
+        ended = planned = 0
+        for c in self.cells:
+            study = self.tuning[c.key]
+            done = sources.count(study, TrialState.COMPLETE, TrialState.FAIL)
+            # Grid extensions join the plan once queued, so the ETA counts them while they run.
+            queued = done + sources.count(study, TrialState.RUNNING, TrialState.WAITING)
+            ended += done
+            planned += max(per_cell, queued)
+        return ended, planned
 
     def _print_progress(self) -> None:
         self.progress.print(
