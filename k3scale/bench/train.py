@@ -84,8 +84,11 @@ def models(quick: bool) -> list[tuple[str, Shape, ModelConfig]]:
     return runs
 
 
-def training_step(model_cfg: ModelConfig, shape: Shape, bf16: bool = False) -> Callable[[], None]:
-    """One trainer step of a fresh model (seed 0) on fixed random tokens, as a closure."""
+def training_step(
+    model_cfg: ModelConfig, shape: Shape, bf16: bool = False
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """One trainer step of a fresh model (seed 0) on fixed random tokens, as a closure, and the
+    same model's bare forward+backward (for the GEMM bound)."""
     torch.manual_seed(0)
     model = build_model(model_cfg)
     optimizer = build_optimizer(
@@ -96,27 +99,23 @@ def training_step(model_cfg: ModelConfig, shape: Shape, bf16: bool = False) -> C
     model.train()
     tokens = torch.randint(0, model_cfg.vocab_size, (BATCH_SIZE, shape.seq_len + 1))
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
+    def forward_backward() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = model(tokens[:, :-1], targets=tokens[:, 1:], with_logits=False)
         out.loss.backward()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        forward_backward()
         optimizer.step()
         update_balancing(model)
         qk_clip(model, 100.0)
 
-    step.model = model  # for the GEMM bound
-    step.tokens = tokens
-    return step
+    return step, forward_backward
 
 
-def gemm_rate(step: Callable[[], None]) -> float:
-    """FLOP/s of the step's forward+backward aten GEMMs, each run alone (`gemm_bound.py`)."""
-    model, tokens = step.model, step.tokens
-
-    def forward_backward() -> None:
-        model(tokens[:, :-1], targets=tokens[:, 1:], with_logits=False).loss.backward()
-
+def gemm_rate(forward_backward: Callable[[], None]) -> float:
+    """FLOP/s of a forward+backward's aten GEMMs, each run alone (`gemm_bound.py`)."""
     timed = time_gemms(record_gemms(forward_backward))
     return timed["flops"] / timed["seconds"]
 
@@ -124,16 +123,16 @@ def gemm_rate(step: Callable[[], None]) -> float:
 def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks: dict) -> dict:
     """Interleaved reference, fast and fast-bf16 steps of one model; the columns above."""
     fast_cfg = dataclasses.replace(model_cfg, backend="cpu")
-    steps = {
+    built = {
         "reference": training_step(dataclasses.replace(model_cfg, backend="torch"), shape),
         "fast": training_step(fast_cfg, shape),
         "fast_bf16": training_step(fast_cfg, shape, bf16=True),
     }
-    seconds = median_times(steps, rounds)
+    seconds = median_times({key: step for key, (step, _) in built.items()}, rounds)
     tokens = BATCH_SIZE * shape.seq_len
     rates = {key: tokens / value for key, value in seconds.items()}
     flops_per_token = accounting.flops_per_token(model_cfg, shape.seq_len)
-    gemm_bound = gemm_rate(steps["fast"]) / peaks["fp32"]
+    gemm_bound = gemm_rate(built["fast"][1]) / peaks["fp32"]
     fp32_mfu = mfu(flops_per_token, rates["fast"], peaks["fp32"])
     return {
         "name": name,

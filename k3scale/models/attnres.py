@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from k3scale.ops.attnres.fused import attn_res_fused, fused_supported
+
 
 def depth_weights(
     sources: list[torch.Tensor], query: torch.Tensor, key_norm_weight: torch.Tensor, eps: float
@@ -95,11 +97,8 @@ class AttnResSite(nn.Module):
 
     def forward(self, sources: list[torch.Tensor]) -> torch.Tensor:
         """`attn_res(sources, query, key_norm, eps)`: list of `[B, T, d]` -> `[B, T, d]`."""
-        if self.fused:
-            from k3scale.ops.attnres.fused import attn_res_fused, fused_supported
-
-            if fused_supported(sources, self.query):
-                return attn_res_fused(sources, self.query, self.key_norm, self.eps)
+        if self.fused and fused_supported(sources, self.query):
+            return attn_res_fused(sources, self.query, self.key_norm, self.eps)
         return attn_res(sources, self.query, self.key_norm, self.eps)
 
 

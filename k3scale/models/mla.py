@@ -30,6 +30,7 @@ from torch import nn
 from k3scale.models.common import RMSNorm, linear
 from k3scale.models.config import MLAConfig
 from k3scale.models.rope import apply_rope, rope_cos_sin
+from k3scale.ops.attention.causal import causal_attention, fused_supported
 
 # Elements of one fp32 logits chunk in the max-logit pass (2^24 floats = 64 MiB): bounds the
 # extra memory of QK-Clip's logit pass at long sequence lengths.
@@ -105,12 +106,9 @@ class MultiHeadLatentAttention(nn.Module):
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention `[B, H, T, d_v]`: the fused kernel when on and supported, else SDPA
         on heads zero-padded to `padded_width` when set."""
-        if self.fused_attention:
-            from k3scale.ops.attention.causal import causal_attention, fused_supported
-
-            if fused_supported(q, v):
-                q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-                return causal_attention(q, k, v, self.softmax_scale).transpose(1, 2)
+        if self.fused_attention and fused_supported(q, v):
+            q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+            return causal_attention(q, k, v, self.softmax_scale).transpose(1, 2)
         width = self.padded_width
         if width is None or width == q.shape[-1] == v.shape[-1]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
