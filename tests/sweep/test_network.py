@@ -142,6 +142,52 @@ def test_reaper_kills_marked_processes_when_its_pipe_closes():
             p.wait(timeout=30)
 
 
+def test_reaper_kills_an_unmarked_orphan_it_saw_as_a_marked_process_child(tmp_path):
+    """Ray's agents can lose the mark when they rename themselves (it lives in the environment
+    block their new title may overwrite); the reaper still knows them as the raylet's children,
+    even after the raylet died first and left them orphans."""
+    owner = "test-reaper-tree"
+    child_pid_file = tmp_path / "child.pid"
+    # The marked "raylet" starts an unmarked "agent" in a session of its own, then waits.
+    raylet = subprocess.Popen(
+        ["sh", "-c", f"env -u {reaper.MARK} setsid sleep 300 & echo $! > {child_pid_file}; wait"],
+        env={**os.environ, reaper.MARK: owner},
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "k3scale.sweep.reaper", owner], stdin=subprocess.PIPE
+    )
+    agent = None
+    try:
+        deadline = time.monotonic() + 10
+        while not child_pid_file.read_text().strip() if child_pid_file.exists() else True:
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.05)
+        agent = int(child_pid_file.read_text())
+        while agent in reaper.marked_pids(owner):  # until the child has exec'd `env -u`
+            assert time.monotonic() < deadline, "the child kept the mark"
+            time.sleep(0.05)
+        time.sleep(3 * reaper.WATCH_EVERY_S)  # the reaper sees the tree while the driver lives
+        raylet.kill()
+        raylet.wait(timeout=30)
+        os.kill(agent, 0)  # the orphan lives on
+        process.stdin.close()
+        assert process.wait(timeout=30) == 0
+        deadline = time.monotonic() + REAP_WITHIN_S
+        while Path(f"/proc/{agent}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (
+            not Path(f"/proc/{agent}").exists() or " Z " in Path(f"/proc/{agent}/stat").read_text()
+        )
+    finally:
+        for p in (raylet, process):
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            p.wait(timeout=30)
+        if agent is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent, signal.SIGKILL)
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_local_study_listens_on_loopback_with_a_token_and_dies_with_its_driver(data_root, tmp_path):
