@@ -57,7 +57,9 @@ def cpu(sizes: dict[str, tuple[str, ...]], trials_per_cell: int = 5) -> StudyPre
     )
 
 
-def cpu_v2(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
+def cpu_v2(
+    sizes: dict[str, tuple[str, ...]], schedules: tuple[str, ...] = (), grid_points: int = 5
+) -> StudyPreset:
     """The v2 reference design on one 2-core machine (issue 20): models where the body matters
     (the small-vocabulary ladders, vocab 512, on the english_mix_v512 build), runs long enough for
     a schedule's decay to matter, and tuning on one LR grid that is extended until each cell's
@@ -72,9 +74,13 @@ def cpu_v2(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
       largest batch giving >= 150 steps at the smallest budget of the smallest rung; 8 gives 146).
     - Warmup: 10% of each size's smallest budget, the same tokens for both schedules.
     - Seeds 0, 1, 2 at each cell's optimum.
-    Not run yet: `k3scale study plan` prints its cost.
+    - `schedules`: a study whose schedule is a setting, not its question, may run on WSD trunks
+      (k2_vs_k3: one trunk to 20 tokens per parameter with a branch at 10 costs 22 of cosine's
+      30); `grid_points` fewer LRs when the budget forces a choice (issue 20 keeps tokens per
+      parameter and seeds first).
+    `k3scale study plan --measure` trains each rung a few steps and prints the wall-clock.
     """
-    grid = LRGrid(center=1.5e-2, points=5, ratio=1.6, max_extensions=2, batch_size=7)
+    grid = LRGrid(center=1.5e-2, points=grid_points, ratio=1.6, max_extensions=2, batch_size=7)
     return StudyPreset(
         sizes=sizes,
         budgets=(1,),  # unused: budgets_per_param sets each size's budgets
@@ -89,6 +95,7 @@ def cpu_v2(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
         eval_points=2,
         micro_batch_size=7,
         warmup_fraction=0.1,
+        schedules=schedules,
     )
 
 

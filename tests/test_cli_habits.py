@@ -195,3 +195,17 @@ def test_entry_points_leave_rays_auth_mode_to_the_user(tmp_path):
     # No module sets auth off for anyone: the local Ray uses token auth (k3scale/sweep/run.py).
     sources = [p for p in (ROOT / "k3scale").rglob("*.py") if '"disabled"' in p.read_text()]
     assert not [p for p in sources if "RAY_AUTH_MODE" in p.read_text()], sources
+
+
+def test_study_plan_measure_trains_each_rung_and_estimates_from_those_rates(tmp_path):
+    prepare_sample(tmp_path, vocab_size=512)
+    done = k3scale(
+        *("study", "plan", "experiments/k2_vs_k3.py", "--preset", "smoke", "--measure"),
+        *("--data-root", str(tmp_path), "--dataset", "sample"),
+    )
+    assert done.returncode == 0, done.stderr
+    rates = re.findall(r"^  (k[23]-\w+): ([\d,]+) tokens/s over 16 steps$", done.stdout, re.M)
+    assert {size for size, _ in rates} == {"k2-t0", "k3-t0"}
+    assert all(int(rate.replace(",", "")) > 0 for _, rate in rates)
+    assert re.search(r"wall-clock: about [\d.]+ min on this machine", done.stdout)
+    assert "rates measured now" in done.stdout and "committed runs" not in done.stdout

@@ -35,6 +35,7 @@ def design_from_study(name: str, preset: str) -> Design:
     from k3scale.models import accounting
     from k3scale.models.presets import get_preset
     from k3scale.sweep.declaration import load_study
+    from k3scale.sweep.grid import grid_lrs
     from k3scale.sweep.planner import plan_cells
 
     declared = load_study(ROOT / "experiments" / f"{name}.py")
@@ -53,7 +54,7 @@ def design_from_study(name: str, preset: str) -> Design:
                 schedule=cell.schedule,
             )
         )
-    return Design(
+    design = Design(
         study=name,
         cells=tuple(cells),
         lr_range=(p.search.lr_low, p.search.lr_high),
@@ -63,6 +64,18 @@ def design_from_study(name: str, preset: str) -> Design:
         seeds=tuple(p.seeds),
         shared_arm=declared.shared_arm,
         share_wsd_trunks=p.share_wsd_trunks,
+    )
+    if p.lr_grid is None:
+        return design
+    # The preset's own grid (its extensions are not simulated: the truth's lr* sits around the
+    # grid's centre, moved by N and D).
+    lrs = grid_lrs(p.lr_grid)
+    return dataclasses.replace(
+        design,
+        lr_grid=tuple(lrs),
+        lr_range=(lrs[0], lrs[-1]),
+        batch_sizes=(p.lr_grid.batch_size,),
+        trials_per_cell=p.lr_grid.points,
     )
 
 

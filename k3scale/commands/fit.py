@@ -275,12 +275,19 @@ def check_recipe_matches(name: str, runs) -> None:
     if not declaration.is_file():
         return
     declared = load_study(declaration)
-    for column, wanted in (("arch", declared.archs), ("schedule", declared.schedules)):
-        if not set(wanted) <= set(runs[column].drop_nulls().to_list()):
-            raise K3ScaleError(
-                f"fit: recipe {name!r} compares {column}s {', '.join(wanted)}, but the table "
-                f"holds {_holdings(runs)}"
-            )
+    # A preset may run the study on another schedule (k2_vs_k3 on WSD): any preset's will do.
+    schedule_sets = {declared.schedules_of(p) for p in declared.presets.values()}
+    held = {column: set(runs[column].drop_nulls().to_list()) for column in ("arch", "schedule")}
+    if not set(declared.archs) <= held["arch"]:
+        raise K3ScaleError(
+            f"fit: recipe {name!r} compares archs {', '.join(declared.archs)}, but the table "
+            f"holds {_holdings(runs)}"
+        )
+    if not any(set(wanted) <= held["schedule"] for wanted in schedule_sets):
+        raise K3ScaleError(
+            f"fit: recipe {name!r} compares schedules {', '.join(declared.schedules)}, but the "
+            f"table holds {_holdings(runs)}"
+        )
 
 
 def collapse_duplicates(runs, curves):

@@ -36,6 +36,16 @@ def register(sub) -> None:
 
     plan = actions.add_parser("plan", help="print cells, trials and estimated compute; run nothing")
     _common(plan)
+    plan.add_argument(
+        "--measure",
+        action="store_true",
+        help="train each rung a few steps on this machine now (seconds per rung) and estimate "
+        "the wall-clock from those rates instead of the committed studies' model",
+    )
+    plan.add_argument("--data-root", default="data_cache", help="with --measure: datasets folder")
+    plan.add_argument(
+        "--dataset", default=None, help="with --measure: prepared dataset (default: the preset's)"
+    )
     plan.set_defaults(handler=_plan)
 
     submit = actions.add_parser("submit", help="submit the study to a Ray cluster as a Ray Job")
@@ -129,8 +139,36 @@ def _plan(args) -> int:
         f"{cost['tokens']:,} tuning tokens, {cost['flops']:.3g} FLOPs (WSD trunks counted once)"
     )
     print(_search_ranges(preset))
-    print(_wall_clock(study, preset))
+    if args.measure:
+        print(_measured_wall_clock(study, preset, args.data_root, args.dataset or preset.dataset))
+    else:
+        print(_wall_clock(study, preset))
     return 0
+
+
+def _measured_wall_clock(study, preset, data_root: str, dataset: str) -> str:
+    """The wall-clock on this machine from each rung's training rate, measured now."""
+    import os
+
+    from k3scale.commands.output import at_place
+    from k3scale.sweep.planner import FIXED_TRIAL_S, estimate_wall_s_at_rates
+    from k3scale.sweep.rates import MEASURED_STEPS, preset_batch, rung_rates
+
+    if preset.gpus_per_trial > 0:
+        return "wall-clock: not measured (a GPU preset; this measures CPU trials)"
+    print(
+        f"training each rung {MEASURED_STEPS} steps on {dataset} ({preset.threads_per_trial} thread(s)):"
+    )
+    rates = rung_rates(study, preset, data_root=data_root, dataset=dataset)
+    slots = max(1, (os.cpu_count() or 1) // preset.threads_per_trial)
+    minutes = estimate_wall_s_at_rates(study, preset, rates, slots) / 60
+    return (
+        f"wall-clock: about {at_place(minutes, math.floor(math.log10(minutes)))} min on this "
+        f"machine ({slots} trials at a time), grid extensions not counted\n  model: seconds "
+        f"per trial = (training tokens + evaluation tokens / 3) / the rung's rate + "
+        f"{FIXED_TRIAL_S:g} s, rates measured now, one trial alone, at {preset_batch(preset)} x "
+        f"{preset.seq_len} tokens per step (two trials at once may each run slower)"
+    )
 
 
 def _search_ranges(preset) -> str:
@@ -212,6 +250,7 @@ def _relative(path: str) -> str:
 def _submit(args) -> int:
     from pathlib import Path
 
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     from k3scale.sweep.declaration import load_study
@@ -238,6 +277,8 @@ def _submit(args) -> int:
             command += [flag, value]
     try:
         client = JobSubmissionClient(args.address)
+    except AuthenticationError as exc:
+        raise K3ScaleError(_refused(args.address, exc)) from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise K3ScaleError(f"cannot reach the Ray dashboard at {args.address}: {first}") from None
@@ -255,12 +296,26 @@ def _submit(args) -> int:
     return 0
 
 
+def _refused(address: str, exc: Exception) -> str:
+    """One line for a dashboard that wants Ray's token: Ray's own message spans paragraphs."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (
+        f"the Ray dashboard at {address} refused this client: {first} (the cluster runs with "
+        "token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a file "
+        "holding its token)"
+    )
+
+
 def job_env() -> dict[str, str]:
     """Environment of a submitted study's job. No RAY_AUTH_* variable: the job runs under the
     cluster's own auth mode and token, and this client reaches the cluster with the mode and
     token of the caller's environment (Ray's RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH), never with
-    auth turned off on its behalf."""
-    return {"RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    auth turned off on its behalf. The caller's MLflow credentials (MLFLOW_TRACKING_USERNAME,
+    MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN) go with the job, so its trials log as the
+    caller on every node; like any runtime env they are visible to holders of the Ray token."""
+    from k3scale.track.sending import credentials_env
+
+    return {"RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_DISABLE_TELEMETRY": "true", **credentials_env()}
 
 
 def _status(args) -> int:

@@ -132,6 +132,9 @@ class StudyPreset:
     """Training precision."""
     max_retries: int = 2
     """Retries of a trial whose process died."""
+    schedules: tuple[Schedule, ...] = ()
+    """This preset's schedule when the study's is a setting, not the comparison (k2_vs_k3 on
+    WSD trunks: one trunk per LR carries every budget); empty: the study's schedules."""
 
     def __post_init__(self) -> None:
         _require_numbers("preset: budgets", self.budgets, int)
@@ -202,6 +205,13 @@ class Study:
         _require_choices("study: archs", self.archs, get_args(Arch))
         _require_choices("study: schedules", self.schedules, get_args(Schedule))
         for name, preset in self.presets.items():
+            if preset.schedules:
+                _require_choices(f"preset {name}: schedules", preset.schedules, get_args(Schedule))
+                if len(self.schedules) > 1:
+                    raise K3ScaleError(
+                        f"study: preset {name!r} sets schedules, but {self.name} compares "
+                        "schedules: every preset must run all of them"
+                    )
             for arch in self.archs:
                 if arch not in preset.sizes:
                     raise K3ScaleError(f"study: preset {name!r} has no sizes for arch {arch!r}")
@@ -211,6 +221,10 @@ class Study:
                         raise K3ScaleError(
                             f"study: preset {name!r} lists {size!r} under arch {arch!r}"
                         )
+
+    def schedules_of(self, preset: StudyPreset) -> tuple[Schedule, ...]:
+        """The schedules a preset runs: its own when it sets them, else the study's."""
+        return preset.schedules or self.schedules
 
     def preset(self, name: str) -> StudyPreset:
         if name not in self.presets:

@@ -234,7 +234,7 @@ class Driver:
     def _enqueue_extras(self) -> None:
         """Once a cell is tuned: its best point with the other seeds, and the shared arm."""
         preset, study = self.ctx.preset, self.ctx.study
-        baseline = study.schedules[0]
+        baseline = study.schedules_of(preset)[0]
         for cell in self.cells:
             if cell.key in self.extras_queued or not self._tuning_done(cell):
                 continue

@@ -59,7 +59,7 @@ def plan_cells(study: Study, preset: StudyPreset) -> list[Cell]:
         for arch in study.archs
         for size in preset.sizes[arch]
         for budget in preset.budgets_for(size)
-        for schedule in study.schedules
+        for schedule in study.schedules_of(preset)
     ]
     return sorted(cells, key=lambda c: (cell_flops(c, preset), c.key))
 
@@ -156,7 +156,7 @@ def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
             per_trial = round(preset.wsd_decay_fraction * cell.budget_tokens)
         tokens += per_trial * trials
         flops += per_trial * trials * cell_flops(cell, preset) // cell.budget_tokens
-    baseline = study.schedules[0]
+    baseline = study.schedules_of(preset)[0]
     shared = sum(cell.schedule != baseline for cell in cells) if study.shared_arm else 0
     extra_runs = len(cells) * (len(preset.seeds) - 1) + shared
     return {
@@ -262,9 +262,30 @@ def estimate_wall_s(
     return total / max(1, slots)
 
 
+# Seconds a trial costs beyond its training steps and evaluations (process start, model build,
+# checkpoints, MLflow): `k3scale bench sweep` on the 2-core machine measured a median of 1.3 s
+# and a maximum of 9 s (a fresh worker's first trial) in the eighth sitting.
+FIXED_TRIAL_S = 2.0
+# An evaluation token costs about a third of a training token (forward only).
+EVAL_TOKEN_COST = 1 / 3
+
+
+def estimate_wall_s_at_rates(
+    study: Study, preset: StudyPreset, rates: dict[str, float], slots: int
+) -> float:
+    """Seconds the study's trials take on `slots` parallel trials, each size training at
+    `rates[size]` tokens/s (measured now, `sweep/rates.py`): training, evaluations (every split,
+    `eval_points` times plus the final one) and `FIXED_TRIAL_S`, spread evenly over the slots."""
+    eval_tokens = 2 * (preset.eval_points + 1) * preset.eval_tokens * EVAL_TOKEN_COST
+    total = 0.0
+    for cell, tokens, count in _trial_tokens(study, preset):
+        total += count * ((tokens + eval_tokens) / rates[cell.size] + FIXED_TRIAL_S)
+    return total / max(1, slots)
+
+
 def _trial_tokens(study: Study, preset: StudyPreset):
     """(cell, tokens of one trial, trials) of tuning, seed re-runs and the shared arm."""
-    baseline = study.schedules[0]
+    baseline = study.schedules_of(preset)[0]
     for cell in plan_cells(study, preset):
         tokens = cell.budget_tokens
         trunk = max(preset.budgets_for(cell.size))

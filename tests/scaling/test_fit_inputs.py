@@ -215,3 +215,10 @@ def test_parquet_without_the_contract_columns_exits_2(tmp_path, capsys):
     pl.DataFrame({"x": [1, 2]}).write_parquet(tables / "curves.parquet")
     args = ["fit", "k2_vs_k3", "--from", str(tables), "--out", str(tmp_path / "f.json")]
     fails_with_one_line(capsys, args, "lacks column(s) ['run_id'")
+
+
+def test_k2_vs_k3_fits_a_table_on_wsd_the_schedule_of_its_v2_preset(tmp_path, capsys):
+    tables = study_tables(tmp_path / "tables", "k2_vs_k3", schedules=("wsd",))
+    out = tmp_path / "fit.json"
+    assert main(["fit", "k2_vs_k3", "--from", str(tables), "--out", str(out), *FAST]) == 0
+    assert json.loads(out.read_text())["provenance"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,24 @@ def test_unknown_preset_names_the_valid_ones():
     study = load_study(ROOT / "experiments" / "k2_vs_k3.py")
     with pytest.raises(K3ScaleError, match=r"has no preset 'huge'.*smoke"):
         study.preset("huge")
+
+
+def test_k2_vs_k3_v2_runs_on_wsd_trunks_and_a_schedule_study_cannot_drop_one():
+    study = load_study(ROOT / "experiments" / "k2_vs_k3.py")
+    v2 = study.preset("cpu_v2")
+    assert {cell.schedule for cell in plan_cells(study, v2)} == {"wsd"}
+    assert {cell.schedule for cell in plan_cells(study, study.preset("cpu"))} == {"cosine"}
+    # Two budgets per size on one trunk: a tuning trial's tokens are the trunk plus a branch.
+    assert (
+        estimate_cost(study, v2)["tokens"]
+        < 0.8
+        * sum(cell.budget_tokens for cell in plan_cells(study, v2))
+        * v2.planned_trials_per_cell
+    )
+
+    schedules = load_study(ROOT / "experiments" / "cosine_vs_wsd.py")
+    with pytest.raises(K3ScaleError, match="compares schedules: every preset must run all"):
+        dataclasses.replace(
+            schedules,
+            presets={"x": dataclasses.replace(schedules.preset("smoke"), schedules=("wsd",))},
+        )
