@@ -34,6 +34,12 @@ HTTP_CLIENT_ENV = {
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
 
+# MLflow's own client variables for a server with authentication (basic auth, or a bearer token);
+# every MlflowClient reads them per request.
+CREDENTIAL_VARS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+# HTTP statuses of a server that refuses the caller: no or wrong credentials, too few permissions.
+REFUSED_STATUSES = (401, 403)
+
 MLFLOW_RUN_STATUS = {STATUS_FAILED: "FAILED"}
 """k3scale status -> MLflow RunStatus; `finished` and `diverged` runs are MLflow FINISHED."""
 
@@ -191,6 +197,32 @@ def is_transient(exc: BaseException) -> bool | None:
     if isinstance(exc, OSError | requests.RequestException):
         return True
     return None
+
+
+def credentials_refused(exc: BaseException) -> bool:
+    """Whether `exc` is a server refusing the caller (HTTP 401 or 403)."""
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(exc, MlflowException) and exc.get_http_status_code() in REFUSED_STATUSES
+
+
+def refused_message(tracking_uri: str, exc: BaseException) -> str:
+    """One line for a refusal: which server, why, and which variables carry the credentials."""
+    from mlflow.exceptions import MlflowException
+
+    status = exc.get_http_status_code() if isinstance(exc, MlflowException) else "?"
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    who = f"user {user!r}" if user else "a client without credentials"
+    return (
+        f"MLflow server at {tracking_uri} refused {who} (HTTP {status}): set "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user of that server with "
+        "write access to the experiment"
+    )
+
+
+def credentials_env() -> dict[str, str]:
+    """The MLflow credentials of this process's environment (what trials elsewhere need too)."""
+    return {key: os.environ[key] for key in CREDENTIAL_VARS if os.environ.get(key)}
 
 
 def tracking_client(tracking_uri: str):
