@@ -107,7 +107,7 @@ FROZEN = {
     "k3scale model info": "--help --json --seq-len --set -h <preset>",
     "k3scale model list": "--help --json -h",
     "k3scale study": "--help -h",
-    "k3scale study plan": "--help --preset --study-dir -h <study>",
+    "k3scale study plan": "--data-root --dataset --help --measure --preset --study-dir -h <study>",
     "k3scale study report": "--help --markdown --preset --study-dir --tracking-uri -h <study>",
     "k3scale study run": "--allow-code-change --data-root --dataset --help --preset --ray-address "
     "--storage --study-dir --tracking-uri -h <study>",
