@@ -4,10 +4,12 @@ Run with `bash benchmarks/gpu_check.sh` on a machine with an NVIDIA GPU. For eac
 Triton kernel against its reference at realistic sizes and prints one table: median time, speed
 ratio vs the torch path (and vs fla's `chunk_kda` when fla is installed), and the achieved fraction
 of a peak measured in the same run: memory bandwidth of a large device copy (SiTU, QB) or the bf16
-matmul rate (KDA; FLOPs counted for the chunked algorithm's matmuls). The same results go to one
-JSON file (`--json`, default gpu_check.json; schema in benchmarks/README.md). Exit codes: 0 all
-checks pass, 1 a check failed (its row says why), 2 no usable GPU (one line on stderr, nothing
-run, no JSON written).
+matmul rate (KDA; FLOPs counted for the chunked algorithm's matmuls). Then it trains: 50 steps
+of a K3 model under bf16 autocast on the Triton backend against the same run on the torch
+backend, and the first trial of a study's `gpu` preset for about two minutes (tokens/s, MFU).
+The same results go to one JSON file (`--json`, default gpu_check.json; schema in
+benchmarks/README.md). Exit codes: 0 all checks pass, 1 a check failed (its row says why), 2 no
+usable GPU (one line on stderr, nothing run, no JSON written).
 `--compile-only` needs no GPU: it compiles every k3scale kernel and fla's `chunk_kda` kernels for
 sm_90 (or `--arch`) at the realistic sizes (`benchmarks/kernel_table.py`) and prints registers,
 spill bytes, shared memory and counted FLOPs and bytes per call; exit 1 if a k3scale kernel
@@ -20,21 +22,37 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import os
 import statistics
 import sys
+import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Relative RMS tolerances. Kernel vs reference on identical bf16 inputs: the bf16 output rounding
 # (8 mantissa bits, ~3e-3 RMS) dominates. fp32 KDA at the small size: the kernels' matmuls run
 # as TF32 (10-bit mantissa operands, ~1e-3 relative; DOT_PRECISION in k3scale/ops/kda/triton.py).
 TOL_BF16 = 2e-2
 TOL_FP32 = 5e-3
+# Training, Triton vs torch backend: same init, data and LR, bf16 autocast. Their kernels round
+# differently (up to TOL_BF16 per op), and 50 steps carry those differences into the weights, so
+# the losses drift apart a little: TOL_TRAIN_LOSS bounds the relative gap of the final losses
+# (mean of the last LOSS_TAIL steps, and the final validation loss). Under the Triton
+# interpreter on CPU the gap was 5e-5 after two steps; 1e-2 is a judgement until GPU numbers
+# exist (benchmarks/README.md, "Training rows").
+TOL_TRAIN_LOSS = 1e-2
+LOSS_TAIL = 5
+# The gpu preset trial: steps of a first call that warms up and times a step.
+TRIAL_PROBE_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -238,6 +256,227 @@ def check_kda(batch, seq_len, heads, d_head, reps: int, tflops: float) -> list[R
     return rows
 
 
+@dataclass(frozen=True)
+class TrainingSize:
+    """The training check's run: a K3 model preset, its steps and batch (sequences)."""
+
+    preset: str = "k3-t4"  # the smallest rung of the GPU ladders (sweeps/ladders.py)
+    steps: int = 50
+    seq_len: int = 1024
+    batch_size: int = 16
+    eval_tokens: int = 16 * 1024
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Where the training runs read their tokens; `note` says when it is the fallback sample."""
+
+    dataset: str
+    root: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """What one training run of the check ended with."""
+
+    backend: str
+    status: str
+    losses: tuple[float, ...]
+    val_loss: float
+    step_ms: float
+    tokens_per_s: float
+    mfu: float
+    peak_gib: float | None
+
+    @property
+    def tail_loss(self) -> float:
+        """Mean train loss of the last LOSS_TAIL steps (less batch-to-batch noise than one)."""
+        return statistics.fmean(self.losses[-LOSS_TAIL:]) if self.losses else math.nan
+
+    @property
+    def finite(self) -> bool:
+        return bool(self.losses) and all(math.isfinite(x) for x in (*self.losses, self.val_loss))
+
+
+def training_data(data_root: str, dataset: str, vocab_size: int, work_dir: Path) -> TrainingData:
+    """`dataset` under `data_root` when it is prepared, else the committed sample prepared now
+    (tokens/s and the backend comparison do not depend on which text it is)."""
+    from k3scale.data import open_dataset
+    from k3scale.data.sample import prepare_sample
+    from k3scale.errors import K3ScaleError
+
+    try:
+        open_dataset(dataset, root=data_root)
+        return TrainingData(dataset, data_root)
+    except K3ScaleError:
+        root = work_dir / "sample_data"
+        prepare_sample(root, vocab_size=vocab_size)
+        note = f"data: the committed sample ({dataset} is not prepared under {data_root})"
+        return TrainingData("sample", str(root), note)
+
+
+def train_once(cfg, stop_after_steps: int | None = None):
+    """`train(cfg)` with the device's peak-memory counter reset first: (result, peak GiB)."""
+    import torch
+
+    from k3scale.train import train
+    from k3scale.train.device import resolve_device
+    from k3scale.train.perf import peak_memory_bytes
+
+    device = resolve_device(cfg.train.device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    result = train(cfg, stop_after_steps=stop_after_steps)
+    peak = peak_memory_bytes(device)
+    return result, (None if peak is None else peak / 2**30)
+
+
+def median_step_ms(out_dir: str, batch_tokens: int, after_step: int = 0) -> float:
+    """Median step time (ms) from the per-step tokens/s in the run's replica; steps up to
+    `after_step` (a first call's warm-up and compilation) are left out."""
+    from k3scale.track import schema
+    from k3scale.track.replica import read_replica
+
+    rates = [
+        value
+        for step, key, value in read_replica(Path(out_dir)).metrics
+        if key == schema.METRIC_TOKENS_PER_S and step > after_step
+    ]
+    return 1e3 * batch_tokens / statistics.median(rates) if rates else math.nan
+
+
+def run_training_check(
+    device: str, backend: str, size: TrainingSize, data: TrainingData, out_dir: Path
+) -> TrainedRun:
+    """Train the check's K3 run (bf16 autocast, seed 0) on `device` with `model.backend`."""
+    from k3scale.config import DataConfig, OptimConfig, RunConfig, ScheduleConfig, TrainConfig
+    from k3scale.models.presets import get_preset
+
+    batch_tokens = size.batch_size * size.seq_len
+    cfg = RunConfig(
+        model=dataclasses.replace(get_preset(size.preset), backend=backend),
+        data=DataConfig(
+            dataset=data.dataset, root=data.root, seq_len=size.seq_len, eval_tokens=size.eval_tokens
+        ),
+        optim=OptimConfig(per_head_muon=True),
+        schedule=ScheduleConfig(kind="cosine", warmup_tokens=batch_tokens * (size.steps // 10)),
+        train=TrainConfig(
+            budget_tokens=batch_tokens * size.steps,
+            batch_size=size.batch_size,
+            micro_batch_size=size.batch_size,
+            precision="bf16",
+            device=device,
+            log_interval_steps=size.steps,
+            out_dir=str(out_dir),
+        ),
+    )
+    result, peak_gib = train_once(cfg)
+    return TrainedRun(
+        backend=backend,
+        status=result.status,
+        losses=result.losses,
+        val_loss=result.final_val_id_loss,
+        step_ms=median_step_ms(result.out_dir, batch_tokens),
+        tokens_per_s=result.tokens_per_s,
+        mfu=result.mfu,
+        peak_gib=peak_gib,
+    )
+
+
+def training_rows(reference: TrainedRun, candidate: TrainedRun, size: TrainingSize) -> list[Row]:
+    """Rows of the reference (torch backend) and candidate (Triton) runs: the candidate passes
+    when both are finite and its final losses are within TOL_TRAIN_LOSS of the reference's."""
+    op = f"train {size.preset} {size.steps} steps"
+    gap = max(
+        abs(candidate.tail_loss - reference.tail_loss) / abs(reference.tail_loss),
+        abs(candidate.val_loss - reference.val_loss) / abs(reference.val_loss),
+    )
+    rows = []
+    for run in (reference, candidate):
+        is_reference = run is reference
+        finite = run.finite and run.status == "finished"
+        error = None if is_reference else gap
+        ok = finite and (is_reference or gap <= TOL_TRAIN_LOSS)
+        memory = "" if run.peak_gib is None else f", peak {run.peak_gib:.1f} GiB"
+        note = f"loss {run.tail_loss:.4f} (last {LOSS_TAIL}), val {run.val_loss:.4f}{memory}" + (
+            "" if finite else f"; {run.status}, loss not finite"
+        )
+        vs_torch = None if is_reference else reference.step_ms / run.step_ms
+        rate = f"{run.tokens_per_s / 1e3:,.0f}k tok/s"
+        rows.append(Row(op, run.backend, run.step_ms, vs_torch, rate, run.mfu, error, ok, note))
+    return rows
+
+
+def check_training(size: TrainingSize, data_root: str, work_dir: Path) -> list[Row]:
+    """The K3 run on the GPU under bf16 autocast: Triton backend against torch backend."""
+    from k3scale.models.presets import get_preset
+
+    vocab_size = get_preset(size.preset).vocab_size
+    data = training_data(data_root, "english_mix", vocab_size, work_dir)
+    torch_run = run_training_check("cuda", "torch", size, data, work_dir / "train_torch")
+    triton_run = run_training_check("cuda", "triton", size, data, work_dir / "train_triton")
+    rows = training_rows(torch_run, triton_run, size)
+    return [dataclasses.replace(r, note=f"{r.note}; {data.note}") if data.note else r for r in rows]
+
+
+def first_trial_config(study_file: str, data_root: str, work_dir: Path):
+    """(RunConfig, Cell) of the first trial a study's `gpu` preset launches: its cheapest
+    cell at the point that cell's seeded sampler asks for first, as the sweep driver does."""
+    import optuna
+
+    from k3scale.sweep import sources
+    from k3scale.sweep.declaration import load_study
+    from k3scale.sweep.planner import plan_cells, trial_config
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = load_study(study_file)
+    preset = study.preset("gpu")
+    cell = plan_cells(study, preset)[0]
+    sampler_study = sources.open_cell_study(None, cell, preset.seeds[0])
+    params = sampler_study.ask(sources.tuning_distributions(preset)).params
+    cfg = trial_config(
+        study, preset, cell,
+        lr=float(params["lr"]), batch_size=int(params["batch_size"]), seed=preset.seeds[0],
+        out_dir=str(work_dir / "trial"), data_root=data_root, tracking_uri=None,
+        dataset=preset.dataset, tags={},
+    )  # fmt: skip
+    return cfg, cell
+
+
+def check_preset_trial(study_file: str, data_root: str, seconds: float, work_dir: Path) -> Row:
+    """The first `gpu` preset trial of a study, stopped after about `seconds`: a short first call
+    (warm-up, and a step time to size the rest), then a resumed call timed on its own."""
+    cfg, cell = first_trial_config(study_file, data_root, work_dir)
+    data = training_data(data_root, cfg.data.dataset, cfg.model.vocab_size, work_dir)
+    cfg = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, dataset=data.dataset, root=data.root)
+    )
+    batch_tokens = cfg.train.batch_size * cfg.data.seq_len
+    started = time.perf_counter()
+    probe, _ = train_once(cfg, stop_after_steps=TRIAL_PROBE_STEPS)
+    # The first step compiles and warms up; the later ones time a step.
+    step_s = median_step_ms(probe.out_dir, batch_tokens, after_step=1) / 1e3
+    left_s = seconds - (time.perf_counter() - started)
+    steps = probe.steps + max(1, int(left_s / step_s))
+    result, peak_gib = train_once(cfg, stop_after_steps=steps)
+    wall_s = time.perf_counter() - started
+    step_ms = median_step_ms(result.out_dir, batch_tokens, after_step=probe.steps)
+    finite = all(math.isfinite(x) for x in result.losses)
+    ok = finite and result.status in ("stopped", "finished")
+    memory = "" if peak_gib is None else f", peak {peak_gib:.1f} GiB"
+    note = (
+        f"{cell.key}: {result.steps} of {cfg.train.budget_tokens // batch_tokens} steps in "
+        f"{wall_s:.0f} s, "
+        f"lr {cfg.optim.lr:.3g}, batch {cfg.train.batch_size}x{cfg.data.seq_len}{memory}, "
+        f"loss {result.losses[-1]:.3f}, train.device={cfg.train.device}"
+        + ("" if finite else f"; {result.status}, loss not finite")
+        + (f"; {data.note}" if data.note else "")
+    )
+    return Row(f"gpu trial {cell.size}", cfg.model.backend, step_ms, None,
+               f"{result.tokens_per_s / 1e3:,.0f}k tok/s", result.mfu, None, ok, note)  # fmt: skip
+
+
 def print_table(rows: list[Row], tflops: float, gbps: float) -> None:
     print(f"measured peaks: bf16 matmul {tflops:.0f} TFLOP/s, device copy {gbps:.0f} GB/s")
     header = f"{'op':24} {'path':8} {'ms':>9} {'x torch':>8} {'achieved':>14} {'of peak':>8}"
@@ -293,6 +532,18 @@ def main(argv: list[str] | None = None) -> int:
         "--no-count", action="store_true", help="--compile-only: skip the FLOP/byte counts"
     )
     parser.add_argument("--json", default="gpu_check.json", help="where the GPU run writes JSON")
+    parser.add_argument(
+        "--data-root", default=str(ROOT / "data_cache"),
+        help="prepared datasets for the training rows (the committed sample when absent)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trial-study", default=str(ROOT / "experiments" / "k2_vs_k3.py"),
+        help="study file whose gpu preset's first trial is timed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trial-seconds", type=float, default=None,
+        help="about how long the preset trial trains (default 120, --quick 30)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.compile_only:
         return compile_only(args.arch, args.impl.split(","), not args.no_count, args.chunk)
@@ -301,13 +552,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reps = 5 if args.quick else 20
     seq_len, situ_numel, tokens = (1024, 2**22, 2**18) if args.quick else (4096, 2**24, 2**20)
+    size = TrainingSize(steps=20) if args.quick else TrainingSize()
+    trial_s = args.trial_seconds or (30.0 if args.quick else 120.0)
     print(f"device: {torch.cuda.get_device_name()}")
     tflops, gbps = measure_peaks(reps)
+    work = tempfile.TemporaryDirectory(prefix="gpu_check-")
+    work_dir = Path(work.name)
     checks = {
         "situ_glu": lambda: check_situ(situ_numel, reps, gbps),
         "qb_counts": lambda: check_qb(tokens, 64, 256, reps, gbps),
         "kda small": check_kda_small,
         "kda": lambda: check_kda(4, seq_len, 16, 128, reps, tflops),
+        "train": lambda: check_training(size, args.data_root, work_dir),
+        "gpu trial": lambda: [
+            check_preset_trial(args.trial_study, args.data_root, trial_s, work_dir)
+        ],
     }
     rows = []
     for name, check in checks.items():
@@ -317,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             rows.append(Row(name, "triton", None, ok=False, note=f"{type(exc).__name__}: {exc}"))
         torch.cuda.empty_cache()
+    work.cleanup()
     print_table(rows, tflops, gbps)
     code = 0 if all(r.ok for r in rows) else 1
     write_json(args.json, torch.cuda.get_device_name(), tflops, gbps, rows, code)

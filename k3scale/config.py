@@ -29,6 +29,9 @@ _NOT_IDENTITY = {"identity": False}
 _TRUE_WORDS = {"true", "1", "yes", "on"}
 _FALSE_WORDS = {"false", "0", "no", "off"}
 
+Device = Literal["cpu", "cuda", "auto"]
+DEVICES: tuple[str, ...] = typing.get_args(Device)
+
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
@@ -119,6 +122,11 @@ class TrainConfig:
     """Seed for initialisation and data order."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32, or bf16 autocast with fp32 master weights."""
+    # Not identity, like num_threads: the same run on a GPU is the same experiment (only its
+    # rounding differs), and every config_hash from before this field existed stays valid.
+    device: Device = field(default="cpu", metadata=_NOT_IDENTITY)
+    """Where the run trains: cpu, cuda (refused where no CUDA device is visible), or auto (cuda
+    where one is visible, else cpu), resolved once at the start and logged as the resolved one."""
     eval_interval_tokens: int = 0
     """Tokens between evaluations; 0 evaluates only at the end."""
     log_interval_steps: int = field(default=10, metadata=_NOT_IDENTITY)
@@ -139,6 +147,7 @@ class TrainConfig:
         _require(self.batch_size >= 1, "train.batch_size", "must be >= 1")
         _require(self.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
         _require(self.divergence_factor > 1, "train.divergence_factor", "must be > 1")
+        _require(self.device in DEVICES, "train.device", f"must be one of {list(DEVICES)}")
 
 
 @dataclass(frozen=True, kw_only=True)

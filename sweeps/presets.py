@@ -118,6 +118,7 @@ def gpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
         threads_per_trial=4,
         gpus_per_trial=1.0,
         precision="bf16",
+        device="auto",
     )
 
 
@@ -139,4 +140,5 @@ def cluster(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
         threads_per_trial=8,
         gpus_per_trial=1.0,
         precision="bf16",
+        device="auto",
     )

@@ -103,8 +103,8 @@ def _with_steps(cfg, steps: int, overrides: list[str]):
 
 def check_inputs(cfg) -> float:
     """Refuse what would fail later (a missing dataset, an impossible schedule, a budget too
-    large to count) before anything is built; returns how many times the run reads its
-    training split.
+    large to count, a device or backend this machine lacks) before anything is built; returns
+    how many times the run reads its training split.
 
     Raises:
         K3ScaleError: one line naming the setting to change.
@@ -113,7 +113,9 @@ def check_inputs(cfg) -> float:
     from k3scale.data.dataset import HEADER, resolve_dataset_dir
     from k3scale.data.loader import count_windows
     from k3scale.train import plan_run
+    from k3scale.train.device import run_device
 
+    run_device(cfg)
     if cfg.train.budget_tokens > MAX_BUDGET_TOKENS:
         raise K3ScaleError(
             f"train.budget_tokens={cfg.train.budget_tokens:.3g} is above 2**53 ({MAX_BUDGET_TOKENS:.2g}) "
@@ -145,8 +147,10 @@ def describe_run(cfg) -> str:
     from k3scale.models import accounting
     from k3scale.optim.schedules import schedule_summary
     from k3scale.train import plan_run
+    from k3scale.train.device import resolve_device
 
     plan = plan_run(cfg)
+    device = resolve_device(cfg.train.device)
     tokens = plan.total_steps * plan.batch_tokens
     n_total = accounting.num_params_total(cfg.model)
     n_active = accounting.num_params_active(cfg.model)
@@ -161,6 +165,8 @@ def describe_run(cfg) -> str:
         f"C           6*N_active*D = {f6 * tokens:.4g} FLOPs; with attention cores = {fa * tokens:.4g}",
         f"optimizer   Muon + AdamW, peak lr {cfg.optim.lr:g}, "
         f"per-head Muon {'on' if cfg.optim.per_head_muon else 'off'}",
+        f"device      {device.type} (train.device={cfg.train.device}), {cfg.train.precision}, "
+        f"model.backend={cfg.model.backend}",
         schedule_summary(tokens, plan.batch_tokens, cfg.optim.lr, cfg.schedule),
     ]
     return "\n".join(lines)

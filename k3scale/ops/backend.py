@@ -39,17 +39,27 @@ def triton_unavailable_reason() -> str | None:
     return None
 
 
-def check_backend(backend: str) -> None:
-    """Raise K3ScaleError unless `backend` is known and usable here.
+def check_backend(backend: str, device_type: str | None = None) -> None:
+    """Raise K3ScaleError unless `backend` is known and usable here (and on `device_type`).
 
     Args:
-        backend: `"torch"` or `"triton"` (the config field `model.backend`).
+        backend: `"cpu"`, `"torch"` or `"triton"` (the config field `model.backend`).
+        device_type: where the run's tensors live (`"cpu"` or `"cuda"`, the resolved
+            `train.device`); None checks the backend alone, as a layer does when it is built.
     """
     if backend not in BACKENDS:
         raise K3ScaleError(f"model.backend: expected one of {BACKENDS}, got {backend!r}")
-    if backend == "triton" and (reason := triton_unavailable_reason()) is not None:
+    if backend != "triton":
+        return
+    if (reason := triton_unavailable_reason()) is not None:
         raise K3ScaleError(
             f"model.backend=triton: {reason}; set model.backend=torch or run on an NVIDIA GPU"
+        )
+    # The compiled kernels take CUDA tensors only; the interpreter is what runs them on CPU.
+    if device_type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise K3ScaleError(
+            "model.backend=triton runs on CUDA tensors but train.device resolves to cpu: set "
+            "train.device=cuda (or auto), or model.backend=torch"
         )
 
 

@@ -130,6 +130,8 @@ class StudyPreset:
     """GPUs per trial (GPU presets: 1)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Training precision."""
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    """Where trials train (`train.device`); GPU presets say auto: the GPU Ray gave the trial."""
     max_retries: int = 2
     """Retries of a trial whose process died."""
     schedules: tuple[Schedule, ...] = ()

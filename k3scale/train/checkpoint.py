@@ -2,7 +2,8 @@
 
 A checkpoint holds everything a bit-exact resume needs: model and optimizer state (balancing
 biases are model buffers), the step and tokens seen (the data position follows from them), the
-torch RNG state, the first-step loss (divergence reference) and the run id to keep logging to.
+torch RNG state (and a GPU run's CUDA RNG state), the first-step loss (divergence reference) and
+the run id to keep logging to.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint with `weights_only=True` (no pickled code is ever executed)."""
+def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with `weights_only=True` (no pickled code is ever executed), its
+    tensors placed on `map_location` (the run's device: a GPU run's checkpoint loads on CPU)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise K3ScaleError(f"checkpoint {path} does not exist") from None
     except Exception as exc:

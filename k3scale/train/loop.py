@@ -4,7 +4,9 @@ Reads like nanoGPT's loop: build the pieces, then per optimizer step set the LR 
 accumulate gradients over micro-batches, clip, step, update MoE balancing biases and apply
 QK-Clip, log, evaluate, checkpoint. Same seed, same losses to the bit on CPU; a resumed run
 replays exactly the losses of an uninterrupted one; a WSD branch started from a trunk's fork
-checkpoint equals a straight WSD run of its budget.
+checkpoint equals a straight WSD run of its budget. The model is built on CPU (so its
+initialisation does not depend on the device) and then moved to `train.device`, where every
+batch, the optimizer state and bf16 autocast follow it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from k3scale.optim.schedules import StepLRs
 from k3scale.track import schema
 from k3scale.track.tracker import RunTracker, abandon_attempt, provenance
 from k3scale.train.checkpoint import LATEST, fork_name, load_checkpoint, save_checkpoint
+from k3scale.train.device import run_device
 from k3scale.train.distributed import average_gradients, mean_over_ranks, world
 from k3scale.train.evaluate import mean_loss
-from k3scale.train.perf import matmul_peak_flops, mfu
+from k3scale.train.perf import matmul_peak_flops, mfu, synchronize
 
 # MLflow step of the `final/*` summary values (see `train`).
 SUMMARY_STEP = 0
@@ -142,6 +145,7 @@ def train(
     call_started = time.perf_counter()
     if cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
+    device = run_device(cfg)
     rank, world_size = world()
     plan = plan_run(cfg, world_size)
     out_dir = Path(cfg.train.out_dir)
@@ -149,17 +153,17 @@ def train(
     _check_data(cfg, dataset)
 
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model)
+    model = build_model(cfg.model).to(device)
     optimizer = build_optimizer(model, cfg.optim)
     state = _State()
     resume_path = out_dir / LATEST
     if resume and resume_path.exists():
-        _restore(load_checkpoint(resume_path), model, optimizer, state, keep_run=True)
+        _restore(load_checkpoint(resume_path, device), model, optimizer, state, keep_run=True)
     elif start_from is not None:
-        _restore(load_checkpoint(start_from), model, optimizer, state, keep_run=False)
+        _restore(load_checkpoint(start_from, device), model, optimizer, state, keep_run=False)
 
     flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
-    tracker = _open_tracker(cfg, dataset, state.run_id, extra_tags, rank, out_dir)
+    tracker = _open_tracker(cfg, dataset, state.run_id, extra_tags, rank, out_dir, device)
     state.run_id = tracker.run_id if tracker else state.run_id
     if state.final is not None:
         if tracker:
@@ -177,7 +181,7 @@ def train(
     model.train()
 
     autocast = cfg.train.precision == "bf16"
-    peak = matmul_peak_flops(torch.bfloat16 if autocast else torch.float32)
+    peak = matmul_peak_flops(torch.bfloat16 if autocast else torch.float32, device=device)
     busy_s, busy_tokens, eval_s = 0.0, 0, 0.0
     setup_s = time.perf_counter() - call_started
     status = schema.STATUS_FINISHED
@@ -189,7 +193,10 @@ def train(
         started = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = plan.lrs[step]
-        loss, step_metrics = _train_step(cfg, plan, model, optimizer, windows, step, rank, autocast)
+        loss, step_metrics = _train_step(
+            cfg, plan, model, optimizer, windows, step, rank, autocast, device
+        )
+        synchronize(device)
         elapsed = time.perf_counter() - started
         busy_s += elapsed
         busy_tokens += plan.batch_tokens
@@ -214,7 +221,7 @@ def train(
             and state.step < plan.total_steps
         ):
             eval_started = time.perf_counter()
-            state.last_eval = _evaluate(model, evals, cfg, autocast)
+            state.last_eval = _evaluate(model, evals, cfg, autocast, device)
             eval_s += time.perf_counter() - eval_started
             metrics.update(state.last_eval)
         if tracker:
@@ -247,7 +254,7 @@ def train(
     # A diverged model's weights are garbage: it ends with its last good evaluation.
     eval_started = time.perf_counter()
     final = (
-        _evaluate(model, evals, cfg, autocast)
+        _evaluate(model, evals, cfg, autocast, device)
         if status == schema.STATUS_FINISHED
         else _last_good(state)
     )
@@ -282,14 +289,16 @@ def _train_step(
     step: int,
     rank: int,
     autocast: bool,
+    device: torch.device,
 ) -> tuple[float, dict[str, float]]:
     """One optimizer step over the global batch; returns the batch's mean main-head loss."""
     first_window = step * cfg.train.batch_size + rank * plan.rank_sequences
-    batch = torch.from_numpy(windows.batch(first_window, plan.rank_sequences).astype(np.int64))
+    rows = windows.batch(first_window, plan.rank_sequences).astype(np.int64)
+    batch = torch.from_numpy(rows).to(device)
     optimizer.zero_grad(set_to_none=True)
     ce_total = 0.0
     for micro in batch.chunk(plan.micro_steps):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             out = model(micro[:, :-1], targets=micro[:, 1:], with_logits=False)
         (out.loss / plan.micro_steps).backward()
         ce_total += float(out.ce_loss.detach()) / plan.micro_steps
@@ -326,12 +335,16 @@ def _crosses(tokens: int, batch_tokens: int, interval: int) -> bool:
 
 
 def _evaluate(
-    model: nn.Module, evals: dict[str, np.ndarray], cfg: RunConfig, autocast: bool
+    model: nn.Module,
+    evals: dict[str, np.ndarray],
+    cfg: RunConfig,
+    autocast: bool,
+    device: torch.device,
 ) -> dict[str, float]:
     micro = cfg.train.micro_batch_size
     return {
-        schema.METRIC_VAL_ID_LOSS: mean_loss(model, evals["val_id"], micro, autocast),
-        schema.METRIC_VAL_OOD_LOSS: mean_loss(model, evals["val_ood"], micro, autocast),
+        schema.METRIC_VAL_ID_LOSS: mean_loss(model, evals["val_id"], micro, autocast, device),
+        schema.METRIC_VAL_OOD_LOSS: mean_loss(model, evals["val_ood"], micro, autocast, device),
     }
 
 
@@ -359,14 +372,25 @@ def _save(path: Path, model, optimizer, state: _State, rank: int) -> None:
             "final": state.final,
             "last_eval": state.last_eval,
             "rng": torch.get_rng_state(),
+            **_cuda_rng(model),
         },
     )
+
+
+def _cuda_rng(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The CUDA generator's state of a run on a GPU (nothing for a CPU run's checkpoint)."""
+    device = next(model.parameters()).device
+    return {"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}
 
 
 def _restore(payload: dict[str, Any], model, optimizer, state: _State, keep_run: bool) -> None:
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
-    torch.set_rng_state(payload["rng"])
+    # RNG states are CPU byte tensors whatever map_location placed them on.
+    torch.set_rng_state(payload["rng"].cpu())
+    device = next(model.parameters()).device
+    if device.type == "cuda" and "cuda_rng" in payload:
+        torch.cuda.set_rng_state(payload["cuda_rng"].cpu(), device)
     state.step = int(payload["step"])
     state.losses = [float(x) for x in payload["losses"]]
     state.first_loss = payload["first_loss"]
@@ -389,7 +413,7 @@ def _check_data(cfg: RunConfig, dataset) -> None:
         )
 
 
-def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path):
+def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path, device: torch.device):
     if rank != 0:
         return None
     if run_id is None:
@@ -407,7 +431,7 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path):
         **dict(cfg.track.tags),
         **(extra_tags or {}),
     }
-    params = {**_logged_params(cfg), **_derived_params(cfg)}
+    params = {**_logged_params(cfg, device), **_derived_params(cfg)}
     tracker = RunTracker(
         cfg.track.tracking_uri,
         cfg.track.experiment,
@@ -418,14 +442,16 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path):
         run_id=run_id,
     )
     if run_id is None:
-        tracker.log_artifact_json("config.json", _logged_config(cfg))
+        tracker.log_artifact_json("config.json", _logged_config(cfg, device))
         tracker.log_dataset(dataset.name, dataset.fingerprint, _logged_path(cfg, dataset.path))
     return tracker
 
 
-def _logged_params(cfg: RunConfig) -> dict[str, Any]:
-    """The flattened config; a study's run logs its paths relative to the study folder."""
+def _logged_params(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
+    """The flattened config with the device the run resolved (`auto` becomes cpu or cuda); a
+    study's run logs its paths relative to the study folder."""
     params = flatten(cfg)
+    params["train.device"] = device.type
     if cfg.track.paths_relative_to is None:
         return params
     del params["track.paths_relative_to"]
@@ -434,10 +460,10 @@ def _logged_params(cfg: RunConfig) -> dict[str, Any]:
     return params
 
 
-def _logged_config(cfg: RunConfig) -> dict[str, Any]:
+def _logged_config(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
     """config.json: the logged params nested again, so it has the same relative paths."""
     nested: dict[str, Any] = {}
-    for key, value in _logged_params(cfg).items():
+    for key, value in _logged_params(cfg, device).items():
         *sections, name = key.split(".")
         node = nested
         for section in sections:

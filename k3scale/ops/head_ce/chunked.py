@@ -59,7 +59,7 @@ def _nll_into_gradient_torch(
     """The torch reference of the chunk step on `[V, R]` logits, with one exp pass (logsumexp
     would add a second)."""
     column_max = logits_t.max(dim=0, keepdim=True).values
-    columns = torch.arange(logits_t.shape[1])
+    columns = torch.arange(logits_t.shape[1], device=logits_t.device)
     picked = logits_t[targets, columns]
     sums = logits_t.sub_(column_max).exp_().sum(dim=0, keepdim=True)
     nll = (sums.log() + column_max - picked).sum()
