@@ -449,8 +449,14 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path, device:
 
 def _logged_params(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
     """The flattened config with the device the run resolved (`auto` becomes cpu or cuda); a
-    study's run logs its paths relative to the study folder."""
+    study's run logs its paths relative to the study folder.
+
+    The tracking URI is left out: it is where the run is logged, not what it is, and a resumed
+    run that re-logs its params after the server moved to another port would be refused by
+    MLflow ("Changing param values is not allowed").
+    """
     params = flatten(cfg)
+    del params["track.tracking_uri"]
     params["train.device"] = device.type
     if cfg.track.paths_relative_to is None:
         return params

@@ -107,6 +107,7 @@ def test_params_are_the_flattened_config_and_derived_sizes(tracked):
         schema.PARAM_BATCH_TOKENS: BATCH_TOKENS,
     }
     expected = {key: str(value) for key, value in {**flatten(cfg), **derived}.items()}
+    del expected["track.tracking_uri"]
     assert run.data.params == expected
     assert run.data.params["model.moe.balancing"] == "quantile"
     assert run.data.params["optim.lr"] == "0.01"
@@ -178,7 +179,9 @@ def test_resolved_config_is_an_artifact(tracked, mlflow_server, tmp_path):
     client = MlflowClient(mlflow_server)
     assert [a.path for a in client.list_artifacts(result.run_id)] == ["config.json"]
     local = client.download_artifacts(result.run_id, "config.json", str(tmp_path))
-    assert json.loads(Path(local).read_text()) == json.loads(json.dumps(to_dict(cfg)))
+    expected = json.loads(json.dumps(to_dict(cfg)))
+    del expected["track"]["tracking_uri"]  # where the run logs, not what it is
+    assert json.loads(Path(local).read_text()) == expected
 
 
 def _kill_when_step_reached(
@@ -236,6 +239,34 @@ def test_server_dying_mid_run_loses_no_metric(sample_root, mlflow_server, tmp_pa
     run = client.get_run(run_id)
     assert run.data.tags[schema.TAG_STATUS] == schema.STATUS_FINISHED
     assert run.data.tags[schema.TAG_CONFIG_HASH] == result.config_hash
+
+
+def test_a_run_resumed_after_its_server_moved_port_finishes_in_the_same_mlflow_run(
+    sample_root, tmp_path
+):
+    """A study's local server restarted under load comes back on another port; the trial resumed
+    from its checkpoint re-logs its params there. Logging the URI as a param made MLflow refuse
+    that ("Changing param values is not allowed") and killed a 2-hour study's bookkeeping."""
+    db, artifacts = tmp_path / "moving.db", tmp_path / "moving-artifacts"
+    out_dir = tmp_path / "run"
+    with start_local_server(db, artifacts, log_path=tmp_path / "first.log", timeout_s=120) as first:
+        cfg = _tracked_run(sample_root, out_dir, first.url)
+        stopped = train(cfg, stop_after_steps=NUM_STEPS // 2)
+    assert stopped.steps == NUM_STEPS // 2
+    other_port = next(port for port in iter(free_port, None) if f":{port}" not in first.url)
+    with start_local_server(
+        db, artifacts, port=other_port, log_path=tmp_path / "second.log", timeout_s=120
+    ) as second:
+        moved = dataclasses.replace(
+            cfg, track=dataclasses.replace(cfg.track, tracking_uri=second.url)
+        )
+        result = train(moved)
+        run = MlflowClient(second.url).get_run(result.run_id)
+    assert result.run_id == stopped.run_id
+    assert result.status == schema.STATUS_FINISHED and result.steps == NUM_STEPS
+    assert run.info.status == "FINISHED"
+    assert "track.tracking_uri" not in run.data.params
+    assert run.data.params["optim.lr"] == str(cfg.optim.lr)
 
 
 def test_unreachable_tracking_uri_at_start_is_one_clear_error(sample_root, tmp_path, capsys):
