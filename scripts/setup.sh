@@ -2,6 +2,14 @@
 # Create .venv (if missing) and install k3scale with every extra. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# PostgreSQL (the cluster storage's server; tests start throwaway ones): Debian's package.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "note: PostgreSQL is not installed (apt-get install postgresql); its tests will fail" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

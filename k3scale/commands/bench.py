@@ -17,6 +17,8 @@ BENCHMARKS = {
     "train": "fast vs reference training step per model and shape: speedup, MFU, GEMM bound, bf16",
     "sweep": "a smoke study's fixed cost per trial (slot time minus step time) and utilization",
     "fit": "Chinchilla surface fit and 1000-resample bootstrap on 1 and 2 cores",
+    "bookkeeping": "per-run MLflow logging, export time and memory, Optuna time per trial as a "
+    "study grows (N runs), on SQLite and PostgreSQL",
     "calibrate": "coverage, bias and identification of the headline intervals on simulated "
     "studies with a known truth",
 }

@@ -23,17 +23,16 @@ def register(sub) -> None:
 def run_export(args) -> int:
     from pathlib import Path
 
-    from k3scale.scaling.sources import collect_runs
-    from k3scale.scaling.tables import build_tables, write_tables
+    from k3scale.scaling.sources import run_batches
+    from k3scale.scaling.tables import CURVES_FILE, RUNS_FILE, write_table_batches
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    runs, source = collect_runs(
+    batches, source = run_batches(
         args.experiment, uri, Path(args.replicas) if args.replicas else None
     )
-    runs_df, curves_df = build_tables(runs)
-    paths = write_tables(runs_df, curves_df, Path(args.out))
+    out = Path(args.out)
+    runs, points = write_table_batches(batches, out)
     print(
-        f"{runs_df.height} runs, {curves_df.height} curve points from {source} -> "
-        f"{paths[0]}, {paths[1]}"
+        f"{runs} runs, {points} curve points from {source} -> {out / RUNS_FILE}, {out / CURVES_FILE}"
     )
     return 0

@@ -9,6 +9,8 @@ round trips. Replicas: `k3scale.track.replica.read_replica` on every `replica.js
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
@@ -23,30 +25,61 @@ SEARCH_PAGE = 1000
 BULK_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 
 
-def runs_from_replicas(root: Path, experiment: str | None = None) -> list[RunData]:
-    """Every replica under `root` (optionally only those of `experiment`)."""
+def replica_batches(
+    root: Path, experiment: str | None = None, batch_runs: int = BULK_MAX_RUNS
+) -> Iterator[list[RunData]]:
+    """Every replica under `root` (optionally only those of `experiment`), `batch_runs` at a
+    time in run_id order; only one batch's metrics are held at once.
+
+    Raises:
+        K3ScaleError: no replica under `root`, or none of `experiment` (at the call).
+    """
     paths = find_replicas(root)
     if not paths:
         raise K3ScaleError(f"export: no replica.jsonl under {root}")
-    out = []
+    heads = []
     for path in paths:
-        record = read_replica(path)
-        if experiment is not None and record.experiment != experiment:
-            continue
-        out.append(
-            RunData(
-                run_id=record.run_id,
-                experiment=record.experiment,
-                run_name=record.run_name,
-                source_status=record.status,
-                params=dict(record.params),
-                tags=dict(record.tags),
-                metrics=list(record.metrics),
-            )
-        )
-    if not out:
+        head = _replica_head(path)
+        if experiment is None or head["experiment"] == experiment:
+            heads.append((head["run_id"], path))
+    heads.sort()
+    if not heads:
         raise K3ScaleError(f"export: no replica under {root} belongs to experiment {experiment!r}")
-    return out
+    return (
+        [_replica_run(path) for _, path in heads[start : start + batch_runs]]
+        for start in range(0, len(heads), batch_runs)
+    )
+
+
+def _replica_head(path: Path) -> dict:
+    """The replica's first line (its run line: run_id, experiment), without reading the rest."""
+    with open(path, encoding="utf-8") as handle:
+        first = handle.readline()
+    try:
+        head = json.loads(first)
+    except json.JSONDecodeError:
+        head = {}
+    if head.get("type") != "run":
+        raise K3ScaleError(f"{path}: not a k3scale replica (its first line is not a run line)")
+    return head
+
+
+def _replica_run(path: Path) -> RunData:
+    record = read_replica(path)
+    return RunData(
+        run_id=record.run_id,
+        experiment=record.experiment,
+        run_name=record.run_name,
+        source_status=record.status,
+        params=dict(record.params),
+        tags=dict(record.tags),
+        metrics=list(record.metrics),
+    )
+
+
+def runs_from_replicas(root: Path, experiment: str | None = None) -> list[RunData]:
+    """Every replica under `root` (optionally only those of `experiment`), in run_id order."""
+    return [run for batch in replica_batches(root, experiment) for run in batch]
 
 
 def server_reachable(tracking_uri: str) -> bool:
@@ -60,6 +93,19 @@ def server_reachable(tracking_uri: str) -> bool:
 
 def runs_from_mlflow(tracking_uri: str, experiment: str) -> list[RunData]:
     """All runs of `experiment` with params, tags and full metric histories (batched reads)."""
+    return [run for batch in mlflow_batches(tracking_uri, experiment) for run in batch]
+
+
+def mlflow_batches(
+    tracking_uri: str, experiment: str, batch_runs: int = BULK_MAX_RUNS
+) -> Iterator[list[RunData]]:
+    """The runs of `experiment`, `batch_runs` at a time in run_id order, each batch with its
+    full metric histories: the run list (params, tags, last values) is read once, histories one
+    batch at a time, so memory holds one batch's curves.
+
+    Raises:
+        K3ScaleError: the experiment is not on the server (at the call, before any batch).
+    """
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
@@ -73,6 +119,14 @@ def runs_from_mlflow(tracking_uri: str, experiment: str) -> list[RunData]:
         token = page.token
         if not token:
             break
+    runs.sort(key=lambda r: r.info.run_id)
+    return (
+        _with_histories(client, tracking_uri, experiment, runs[start : start + batch_runs])
+        for start in range(0, len(runs), batch_runs)
+    )
+
+
+def _with_histories(client, tracking_uri: str, experiment: str, runs) -> list[RunData]:
     histories = _histories(client, tracking_uri, runs)
     return [
         RunData(
@@ -151,7 +205,7 @@ def _store_bulk(client, run_ids: list[str], key: str) -> list[tuple[str, int, fl
 
 
 def collect_runs(experiment: str, tracking_uri: str | None, replicas: Path | None) -> tuple:
-    """Runs from MLflow when reachable, else from replicas.
+    """Runs from MLflow when reachable, else from replicas, all in memory (`run_batches` streams).
 
     Returns:
         (runs, source description).
@@ -159,11 +213,31 @@ def collect_runs(experiment: str, tracking_uri: str | None, replicas: Path | Non
     Raises:
         K3ScaleError: neither source is usable.
     """
+    batches, source = run_batches(experiment, tracking_uri, replicas)
+    runs = [run for batch in batches for run in batch]
+    if not runs and not source.startswith("mlflow"):
+        raise K3ScaleError(
+            f"export: no replica under {replicas} belongs to experiment {experiment!r}"
+        )
+    return runs, source
+
+
+def run_batches(
+    experiment: str, tracking_uri: str | None, replicas: Path | None
+) -> tuple[Iterator[list[RunData]], str]:
+    """Batches of runs in run_id order from MLflow when reachable, else from replicas.
+
+    Returns:
+        (batches, source description).
+
+    Raises:
+        K3ScaleError: neither source is usable.
+    """
     if tracking_uri and server_reachable(tracking_uri):
-        return runs_from_mlflow(tracking_uri, experiment), f"mlflow {tracking_uri}"
+        return mlflow_batches(tracking_uri, experiment), f"mlflow {tracking_uri}"
     if replicas is not None:
         note = f" (MLflow at {tracking_uri} unreachable)" if tracking_uri else ""
-        return runs_from_replicas(replicas, experiment), f"replicas {replicas}{note}"
+        return replica_batches(replicas, experiment), f"replicas {replicas}{note}"
     if tracking_uri:
         raise K3ScaleError(
             f"export: MLflow at {tracking_uri} does not answer; pass --replicas "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
@@ -197,21 +198,27 @@ def curve_rows(run: RunData) -> list[dict]:
 
 def build_tables(runs: list[RunData]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(runs, curves) DataFrames, rows sorted by run_id (curves by run_id, metric, step)."""
-    rows = [run_row(r) for r in sorted(runs, key=lambda r: r.run_id)]
+    ordered = sorted(runs, key=lambda r: r.run_id)
+    return _runs_frame([run_row(r) for r in ordered]), _curves_frame(ordered)
+
+
+def _runs_frame(rows: list[dict]) -> pl.DataFrame:
     param_cols = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
     full_schema = {**RUN_SCHEMA, **dict.fromkeys(param_cols, pl.String)}
-    runs_df = pl.DataFrame(
+    return pl.DataFrame(
         [{col: row.get(col) for col in full_schema} for row in rows], schema=full_schema
     )
+
+
+def _curves_frame(runs: list[RunData]) -> pl.DataFrame:
     curves = [c for r in runs for c in curve_rows(r)]
     # A resumed run logs again the steps after its last checkpoint: keep one point per step (the
     # later one; resumes are bit-exact, so both hold the same value).
-    curves_df = (
+    return (
         pl.DataFrame(curves, schema=CURVE_SCHEMA)
         .unique(subset=["run_id", "metric", "step"], keep="last", maintain_order=True)
         .sort(["run_id", "metric", "step"])
     )
-    return runs_df, curves_df
 
 
 def write_tables(runs: pl.DataFrame, curves: pl.DataFrame, out_dir: Path) -> tuple[Path, Path]:
@@ -221,6 +228,40 @@ def write_tables(runs: pl.DataFrame, curves: pl.DataFrame, out_dir: Path) -> tup
     runs.write_parquet(out_dir / RUNS_FILE)
     curves.write_parquet(out_dir / CURVES_FILE)
     return out_dir / RUNS_FILE, out_dir / CURVES_FILE
+
+
+def write_table_batches(batches: Iterable[list[RunData]], out_dir: Path) -> tuple[int, int]:
+    """`write_tables(*build_tables(runs))` for runs that arrive in batches in run_id order,
+    holding one batch's curves at a time (curves.parquet gets one row group per batch); the
+    files are the same tables. Returns (runs, curve points) written.
+
+    Raises:
+        K3ScaleError: the batches are not in run_id order (the curves would not be sorted).
+    """
+    import pyarrow.parquet as pq
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    points = 0
+    partial = out_dir / (CURVES_FILE + ".partial")
+    arrow_schema = pl.DataFrame(schema=CURVE_SCHEMA).to_arrow().schema
+    try:
+        with pq.ParquetWriter(partial, arrow_schema) as writer:
+            for batch in batches:
+                ordered = sorted(batch, key=lambda r: r.run_id)
+                if ordered and rows and ordered[0].run_id <= rows[-1]["run_id"]:
+                    raise K3ScaleError("write tables: run batches must come in run_id order")
+                rows += [run_row(r) for r in ordered]
+                curves = _curves_frame(ordered)
+                writer.write_table(curves.to_arrow())
+                points += curves.height
+    except BaseException:
+        partial.unlink(missing_ok=True)  # the tables already there stay as they were
+        raise
+    _runs_frame(rows).write_parquet(out_dir / RUNS_FILE)
+    partial.replace(out_dir / CURVES_FILE)
+    return len(rows), points
 
 
 def load_tables(directory: Path) -> tuple[pl.DataFrame, pl.DataFrame]:

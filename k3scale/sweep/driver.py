@@ -25,6 +25,7 @@ from k3scale.config import config_hash
 from k3scale.errors import TrackingUnreachableError
 from k3scale.sweep import sources
 from k3scale.sweep.declaration import Study, StudyPreset
+from k3scale.sweep.ledger import StudyLedger
 from k3scale.sweep.planner import Cell, plan_cells, trial_config
 from k3scale.sweep.progress import Progress
 from k3scale.track import schema
@@ -58,7 +59,7 @@ class _Job:
 
     ref: Any
     params: dict
-    tells: list[tuple[optuna.Study, optuna.trial.Trial | None, int, Cell]]
+    tells: list[tuple[StudyLedger, optuna.trial.Trial | None, int, Cell]]
     label: str
     started: float
     relaunch: Callable[[], None] | None = None
@@ -105,8 +106,13 @@ class Driver:
         self.log = log
         self.cells = plan_cells(ctx.study, ctx.preset)
         seed = ctx.preset.seeds[0]
-        self.tuning = {c.key: sources.open_cell_study(ctx.storage, c, seed) for c in self.cells}
-        self.extra = {c.key: sources.open_extra_study(ctx.storage, c) for c in self.cells}
+        # Ledgers: the driver is the only writer, so reads between its writes come from memory.
+        self.tuning = {
+            c.key: StudyLedger(sources.open_cell_study(ctx.storage, c, seed)) for c in self.cells
+        }
+        self.extra = {
+            c.key: StudyLedger(sources.open_extra_study(ctx.storage, c)) for c in self.cells
+        }
         self.jobs: list[_Job] = []
         self.counters = _Counters()
         self.extras_queued: set[str] = set()
@@ -154,7 +160,7 @@ class Driver:
             self.cells.index(cell),
         )
 
-    def _driving_study(self, cell: Cell) -> optuna.Study:
+    def _driving_study(self, cell: Cell) -> StudyLedger:
         return self.tuning[self._trunk_cell(cell).key]
 
     def _trunk_cell(self, cell: Cell) -> Cell:
@@ -276,7 +282,7 @@ class Driver:
     def _launch(
         self,
         cell: Cell,
-        study: optuna.Study,
+        study: StudyLedger,
         trial: optuna.trial.Trial,
         arm: str,
         relaunches: int = 0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import optuna
 
 from k3scale.errors import K3ScaleError
+from k3scale.sweep.sources import open_storage
 from k3scale.track.provenance import git_state
 
 # The Optuna study whose user attributes hold the identity (no trials are ever added to it).
@@ -36,7 +37,9 @@ def check_identity(
     Raises:
         K3ScaleError: the data differs, or the code differs without `allow_code_change`.
     """
-    holder = optuna.create_study(storage=storage, study_name=IDENTITY_STUDY, load_if_exists=True)
+    holder = optuna.create_study(
+        storage=open_storage(storage), study_name=IDENTITY_STUDY, load_if_exists=True
+    )
     recorded = {k: str(v) for k, v in holder.user_attrs.items()}
     if not recorded:
         for key, value in identity.items():

@@ -31,6 +31,7 @@ from k3scale.sweep.identity import (
     current_identity,
 )
 from k3scale.sweep.planner import estimate_cost, plan_cells
+from k3scale.sweep.sources import without_password
 from k3scale.sweep.tracking import TrackingService, summary_experiment
 
 STUDY_JSON = "study.json"
@@ -101,7 +102,7 @@ def run_study(
         "preset": preset_name,
         "study_file": str(Path(study_path).resolve()),
         "folder": str(folder),
-        "storage": storage,
+        "storage": without_password(storage),
         "data_fingerprint": fingerprint,
         "identity": identity,
         "cells": [c.key for c in plan_cells(study, preset)],
@@ -312,13 +313,12 @@ def _check_reachable(address: str | None) -> None:
 
 def _export_tables(experiment: str, tracking_uri: str, folder: Path, log) -> None:
     """runs.parquet and curves.parquet of the study in `<folder>/tables` (what fits read)."""
-    from k3scale.scaling.sources import collect_runs
-    from k3scale.scaling.tables import build_tables, write_tables
+    from k3scale.scaling.sources import run_batches
+    from k3scale.scaling.tables import write_table_batches
 
-    runs, source = collect_runs(experiment, tracking_uri, folder / "runs")
-    runs_df, curves_df = build_tables(runs)
-    write_tables(runs_df, curves_df, folder / TABLES)
-    log(f"exported {runs_df.height} runs from {source} to {folder / TABLES}")
+    batches, source = run_batches(experiment, tracking_uri, folder / "runs")
+    runs, _ = write_table_batches(batches, folder / TABLES)
+    log(f"exported {runs} runs from {source} to {folder / TABLES}")
 
 
 def _read_json(path: Path) -> dict | None:

@@ -8,6 +8,7 @@ studies hold fixed, enqueued runs (each cell's best point re-run with more seeds
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import optuna
@@ -44,6 +45,19 @@ def extra_distributions(preset: StudyPreset) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=8)  # bounded: a test session opens hundreds of throwaway stores
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """One storage (one connection pool) per URL for the whole process.
+
+    A server database (PostgreSQL, MySQL) gets `pool_pre_ping`: a connection the server dropped
+    (a restart, an idle timeout) is replaced instead of failing the driver's next write. Optuna
+    turns it on for MySQL only.
+    """
+    if url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url)
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
 def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
     """The cell's tuning study (created once; seeded TPE, multivariate, constant liar).
 
@@ -51,7 +65,10 @@ def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
     driver's fresh sampler would otherwise replay the first driver's random start-up points.
     """
     study = optuna.create_study(
-        storage=storage, study_name=cell.key, direction="minimize", load_if_exists=True
+        storage=open_storage(storage),
+        study_name=cell.key,
+        direction="minimize",
+        load_if_exists=True,
     )
     history = len(study.get_trials(deepcopy=False))
     study.sampler = optuna.samplers.TPESampler(
@@ -66,7 +83,10 @@ def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
 def open_extra_study(storage: str, cell: Cell) -> optuna.Study:
     """The cell's study of fixed extra runs (seeds, shared arm)."""
     return optuna.create_study(
-        storage=storage, study_name=f"{cell.key}|extra", direction="minimize", load_if_exists=True
+        storage=open_storage(storage),
+        study_name=f"{cell.key}|extra",
+        direction="minimize",
+        load_if_exists=True,
     )
 
 
@@ -124,3 +144,13 @@ def grid_extensions(
         if lr is not None and not any(lr_grid.same_lr(lr, old, grid) for old in tried + found):
             found.append(lr)
     return found
+
+
+def without_password(storage: str) -> str:
+    """`storage` as it may be written down (study.json, logs): a URL's password as `***`."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(storage).render_as_string(hide_password=True)
+    except Exception:  # not a SQLAlchemy URL (Optuna also takes journal paths): nothing to hide
+        return storage

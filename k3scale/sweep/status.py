@@ -7,10 +7,12 @@ from optuna.trial import TrialState
 
 from k3scale.sweep.declaration import Study, StudyPreset
 from k3scale.sweep.planner import plan_cells
+from k3scale.sweep.sources import open_storage
 
 
-def study_status(study: Study, preset: StudyPreset, storage: str) -> str:
+def study_status(study: Study, preset: StudyPreset, storage_url: str) -> str:
     """One line per cell: completed, failed, running and best objective."""
+    storage = open_storage(storage_url)
     existing = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     lines = [f"{'cell':40s} {'done':>5s} {'fail':>5s} {'run':>4s}  best"]
     totals = [0, 0, 0]

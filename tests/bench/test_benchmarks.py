@@ -70,3 +70,14 @@ def test_sweep_prints_the_fixed_overhead_per_trial(capsys):
     assert 0 < result["fixed_overhead_s_per_trial"] <= result["fixed_overhead_s_max"]
     assert set(result["overhead_by_phase_s"]) == {"imports", "run_setup", "evaluation", "other"}
     assert 0 < result["utilization"] <= 1
+
+
+@pytest.mark.slow
+def test_bookkeeping_prints_per_run_costs_at_each_size(capsys):
+    result = bench_json("bookkeeping", capsys)
+    assert result["points_per_run"] == 600 and result["sizes"] == [20, 100]
+    for n in ("20", "100"):
+        row = result["backends"]["sqlite"][n]
+        for key in ("log_ms_per_run", "log_ms_per_run_last", "export_s", "export_peak_mb"):
+            assert positive(row[key]), key
+        assert positive(row["optuna_ms_per_trial"]) and positive(row["optuna_ms_per_trial_last"])

@@ -5,12 +5,21 @@ from __future__ import annotations
 import uuid
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from k3scale.cli import main
 from k3scale.errors import K3ScaleError
 from k3scale.scaling import study
-from k3scale.scaling.tables import RUN_SCHEMA, build_tables, load_tables, table_hash, write_tables
+from k3scale.scaling.sources import replica_batches
+from k3scale.scaling.tables import (
+    RUN_SCHEMA,
+    build_tables,
+    load_tables,
+    table_hash,
+    write_table_batches,
+    write_tables,
+)
 from tests.scaling.synthetic import log_to_mlflow, synthetic_runs, write_replicas
 
 OPTIONS = study.StudyOptions(num_resamples=30, computes=("c_6n",))
@@ -115,3 +124,29 @@ def test_export_without_any_source_is_a_clear_error(tmp_path):
 def test_missing_tables_is_a_clear_error(tmp_path):
     with pytest.raises(K3ScaleError, match="run `k3scale export"):
         load_tables(tmp_path)
+
+
+def test_streamed_export_writes_the_same_tables_one_batch_at_a_time(tmp_path):
+    """`write_table_batches` (what export and a study's end use) against `build_tables`."""
+    runs = synthetic_runs("stream", sizes=("t0", "t1", "t2"), budgets=(40_000_000,))
+    write_replicas(runs, tmp_path / "replicas")
+    batches = replica_batches(tmp_path / "replicas", "stream", batch_runs=4)
+    assert write_table_batches(batches, tmp_path / "streamed")[0] == len(runs)
+    write_tables(*build_tables(runs), tmp_path / "whole")
+    streamed, whole = load_tables(tmp_path / "streamed"), load_tables(tmp_path / "whole")
+    assert streamed[0].equals(whole[0]) and streamed[1].equals(whole[1])
+    groups = pq.ParquetFile(tmp_path / "streamed" / "curves.parquet").num_row_groups
+    assert groups == -(-len(runs) // 4)
+
+
+def test_streamed_export_refuses_batches_out_of_order_and_keeps_old_tables(tmp_path):
+    runs = sorted(
+        synthetic_runs("order", archs=("k3",), sizes=("t0",), budgets=(40_000_000,)),
+        key=lambda r: r.run_id,
+    )
+    write_tables(*build_tables(runs), tmp_path)
+    before = load_tables(tmp_path)[0]
+    with pytest.raises(K3ScaleError, match="run_id order"):
+        write_table_batches([runs[1:], runs[:1]], tmp_path)
+    assert load_tables(tmp_path)[0].equals(before)
+    assert not list(tmp_path.glob("*.partial"))
