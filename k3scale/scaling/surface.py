@@ -68,11 +68,14 @@ def params_from_theta(theta: np.ndarray) -> dict[str, float]:
 
 def allocation_exponents(params: dict[str, float]) -> dict[str, float]:
     """a = beta/(alpha+beta) (N* ~ C^a), b = alpha/(alpha+beta), G = (alpha A/(beta B))^(1/(a+b))."""
-    alpha, beta = params["alpha"], params["beta"]
+    # numpy scalars, not Python floats: a refit with alpha or beta <= 0, or a term that
+    # underflowed to 0, gives NaN or inf (the bootstrap drops those draws), where Python would
+    # raise ZeroDivisionError or return a complex number and fail the whole fit.
+    alpha, beta, a_coef, b_coef = (np.float64(params[k]) for k in ("alpha", "beta", "A", "B"))
     total = alpha + beta
     with np.errstate(all="ignore"):
-        g = (alpha * params["A"] / (beta * params["B"])) ** (1.0 / total)
-    return {"a": float(beta / total), "b": float(alpha / total), "G": float(g)}
+        g = (alpha * a_coef / (beta * b_coef)) ** (1.0 / total)
+        return {"a": float(beta / total), "b": float(alpha / total), "G": float(g)}
 
 
 def compute_optimal(

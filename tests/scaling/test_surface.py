@@ -9,6 +9,7 @@ import pytest
 
 from k3scale.errors import K3ScaleError
 from k3scale.scaling.surface import (
+    allocation_exponents,
     coarse_start_grid,
     compute_optimal,
     epoch_start_grid,
@@ -136,3 +137,18 @@ def test_vpnls_survives_a_search_that_drives_a_term_to_underflow():
     fit = fit_surface_vpnls(n, d, loss)
     assert np.isfinite(fit.extra["sse"])
     assert fit.params["alpha"] > 1.5 and fit.params["beta"] > 0
+
+
+def test_a_refit_with_a_negative_exponent_gives_nan_allocation_not_an_error():
+    """A bootstrap resample of a study whose loss hardly depends on one axis can refit with
+    beta < 0 (the v2 k2_vs_k3 study's K2 arm did): the allocation constant is undefined there,
+    NaN (the bootstrap drops that draw), not a complex number that fails the whole fit."""
+    params = {"E": 1.0, "A": 400.0, "B": 2.0, "alpha": 0.34, "beta": -0.05}
+    alloc = allocation_exponents(params)
+    assert np.isnan(alloc["G"])
+    assert alloc["a"] == pytest.approx(-0.05 / 0.29) and alloc["b"] == pytest.approx(0.34 / 0.29)
+
+
+def test_a_refit_whose_data_term_vanished_gives_inf_allocation_not_an_error():
+    params = {"E": 1.0, "A": 400.0, "B": 0.0, "alpha": 0.34, "beta": 0.28}
+    assert not np.isfinite(allocation_exponents(params)["G"])
