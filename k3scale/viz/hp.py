@@ -90,8 +90,13 @@ def hp_optima_panel(
                 for trace in _law_traces(law, style, span, col):
                     fig.add_trace(trace, row=1, col=col)
     fig.update_xaxes(type="log", title_text=theme.compute_title(compute))
-    for col, (_, title) in enumerate(TARGETS, start=1):
+    for col, (target, title) in enumerate(TARGETS, start=1):
         fig.update_yaxes(type="log", title_text=title, row=1, col=col)
+        values = optima[target].drop_nulls()
+        if values.n_unique() == 1:
+            # A fixed setting (the v2 designs fix the batch): plotly would pad one value by a
+            # decade each way; a narrow range keeps the point readable as a constant.
+            fig.update_yaxes(range=theme.log_range(values.to_list(), pad=0.2), row=1, col=col)
     theme.base_layout(fig, "Tuned optimum peak LR and batch vs compute")
     note = ""
     if schedule_lr_ratios(optima):
