@@ -111,6 +111,7 @@ STUDIES = [
     pytest.param(DATA, "k2_vs_k3", id="fixture-k2_vs_k3"),
     pytest.param(DATA, "cosine_vs_wsd", id="fixture-cosine_vs_wsd"),
     pytest.param(COMMITTED / "k2_vs_k3-cpu", "k2_vs_k3", id="committed-k2_vs_k3-cpu"),
+    pytest.param(COMMITTED / "k2_vs_k3-cpu_v2", "k2_vs_k3", id="committed-k2_vs_k3-cpu_v2"),
     pytest.param(
         COMMITTED / "cosine_vs_wsd-cpu", "cosine_vs_wsd", id="committed-cosine_vs_wsd-cpu"
     ),
