@@ -46,13 +46,16 @@ def extra_distributions(preset: StudyPreset) -> dict:
 
 
 @functools.lru_cache(maxsize=8)  # bounded: a test session opens hundreds of throwaway stores
-def open_storage(url: str) -> optuna.storages.RDBStorage:
+def open_storage(url: str | None) -> optuna.storages.RDBStorage | None:
     """One storage (one connection pool) per URL for the whole process.
 
     A server database (PostgreSQL, MySQL) gets `pool_pre_ping`: a connection the server dropped
     (a restart, an idle timeout) is replaced instead of failing the driver's next write. Optuna
-    turns it on for MySQL only.
+    turns it on for MySQL only. None stays None: Optuna's in-memory storage (gpu_check's
+    sampler study).
     """
+    if url is None:
+        return None
     if url.startswith("sqlite"):
         return optuna.storages.RDBStorage(url)
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
