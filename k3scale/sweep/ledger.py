@@ -49,10 +49,6 @@ class StudyLedger:
         trials = [t for t in self._trials if states is None or t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
 
-    @property
-    def trials(self) -> list[FrozenTrial]:
-        return self.get_trials()
-
     # -- writes, through to the storage ------------------------------------------------------
 
     def ask(self, fixed_distributions: dict | None = None) -> optuna.trial.Trial:
@@ -70,7 +66,3 @@ class StudyLedger:
     def add_trial(self, trial: FrozenTrial) -> None:
         self._trials = None
         self.study.add_trial(trial)
-
-    def reload(self) -> None:
-        """Forget the trials held: the next read fetches them from the storage."""
-        self._trials = None
