@@ -27,7 +27,8 @@ STUDY = Study(
         "smoke": presets.smoke(sizes(ladders.SMOKE), budgets=(16_384, 32_768)),
         "demo": presets.demo(sizes(ladders.DEMO)),
         "cpu": presets.cpu(sizes(ladders.CPU_SCHEDULES), trials_per_cell=6),
-        "cpu_v2": presets.cpu_v2(sizes(ladders.SMALL_VOCAB)),
+        # Four LRs per rung, one grid step lower per rung, to fit 90 minutes (issue 20).
+        "cpu_v2": presets.cpu_v2(sizes(ladders.SMALL_VOCAB), grid_points=4, rung_lr_ratio=1.6),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

@@ -58,7 +58,10 @@ def cpu(sizes: dict[str, tuple[str, ...]], trials_per_cell: int = 5) -> StudyPre
 
 
 def cpu_v2(
-    sizes: dict[str, tuple[str, ...]], schedules: tuple[str, ...] = (), grid_points: int = 5
+    sizes: dict[str, tuple[str, ...]],
+    schedules: tuple[str, ...] = (),
+    grid_points: int = 5,
+    rung_lr_ratio: float = 1.0,
 ) -> StudyPreset:
     """The v2 reference design on one 2-core machine (issue 20): models where the body matters
     (the small-vocabulary ladders, vocab 512, on the english_mix_v512 build), runs long enough for
@@ -77,10 +80,25 @@ def cpu_v2(
     - `schedules`: a study whose schedule is a setting, not its question, may run on WSD trunks
       (k2_vs_k3: one trunk to 20 tokens per parameter with a branch at 10 costs 22 of cosine's
       30); `grid_points` fewer LRs when the budget forces a choice (issue 20 keeps tokens per
-      parameter and seeds first).
+      parameter and seeds first); `rung_lr_ratio` centres each rung's grid that much below the
+      previous rung's, on the same lattice (1.6: one grid step per rung, as the v2 k2_vs_k3
+      study's K3 optima fell: 1.2-1.9e-2 at s1, 7.4e-3 at s2, 4.6-7.4e-3 at s3).
     `k3scale study plan --measure` trains each rung a few steps and prints the wall-clock.
     """
-    grid = LRGrid(center=1.5e-2, points=grid_points, ratio=1.6, max_extensions=2, batch_size=7)
+    centers = {
+        size: 1.5e-2 / rung_lr_ratio**rung
+        for ladder in sizes.values()
+        for rung, size in enumerate(ladder)
+        if rung_lr_ratio != 1.0
+    }
+    grid = LRGrid(
+        center=1.5e-2,
+        points=grid_points,
+        ratio=1.6,
+        max_extensions=2,
+        batch_size=7,
+        size_centers=centers,
+    )
     return StudyPreset(
         sizes=sizes,
         budgets=(1,),  # unused: budgets_per_param sets each size's budgets

@@ -185,18 +185,31 @@ def _search_ranges(preset) -> str:
 
 
 def _lr_grid(preset) -> str:
-    from k3scale.sweep.grid import grid_lrs, lr_extent
+    from k3scale.sweep.grid import grid_lrs
 
     grid = preset.lr_grid
-    low, high = lr_extent(grid)
+    low, high = preset.lr_span()
+    centres = {grid.for_size(s).center for ladder in preset.sizes.values() for s in ladder}
+    if len(centres) == 1:
+        points = f"peak lr {_lrs(grid_lrs(grid.for_size(next(iter(preset.sizes.values()))[0])))}"
+    else:
+        points = "; ".join(
+            f"{size} peak lr {_lrs(grid_lrs(grid.for_size(size)))}"
+            for ladder in preset.sizes.values()
+            for size in ladder
+        )
     return (
-        f"lr grid: peak lr {', '.join(f'{lr:.3g}' for lr in grid_lrs(grid))} ({grid.points} "
-        f"points, x{grid.ratio:g} apart), batch size {grid.batch_size} sequences of "
-        f"{preset.seq_len} tokens, every cell (seed {preset.seeds[0]}); up to "
-        f"{grid.max_extensions} more lr per cell one step past an end holding its best (lr "
-        f"{low:.3g} to {high:.3g}), not in the counts above; {_reruns(preset.seeds)}; lr_min "
-        f"{preset.lr_min:g}, warmup {preset.warmup_fraction:.0%} of the smallest budget"
+        f"lr grid: {points} ({grid.points} points, x{grid.ratio:g} apart), batch size "
+        f"{grid.batch_size} sequences of {preset.seq_len} tokens, every cell (seed "
+        f"{preset.seeds[0]}); up to {grid.max_extensions} more lr per cell one step past an end "
+        f"holding its best (lr {low:.3g} to {high:.3g}), not in the counts above; "
+        f"{_reruns(preset.seeds)}; lr_min {preset.lr_min:g}, warmup "
+        f"{preset.warmup_fraction:.0%} of the smallest budget"
     )
+
+
+def _lrs(lrs) -> str:
+    return ", ".join(f"{lr:.3g}" for lr in lrs)
 
 
 def _reruns(seeds) -> str:

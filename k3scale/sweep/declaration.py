@@ -12,7 +12,7 @@ import importlib.util
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -61,9 +61,15 @@ class LRGrid:
     """LRs a cell may add beyond the grid's ends, one ratio at a time, while its best is at one."""
     batch_size: int
     """Global batch size of every grid trial, in sequences per step."""
+    size_centers: dict[str, float] = field(default_factory=dict)
+    """Per-size centres (model preset name -> peak LR) where a size's optimum is known to sit
+    apart from `center` (a larger rung tunes lower); other sizes use `center`."""
 
     def __post_init__(self) -> None:
         _require_numbers("lr grid: center, ratio", (self.center, self.ratio), float)
+        _require_numbers("lr grid: size_centers", tuple(self.size_centers.values()), float)
+        if any(c <= 0 for c in self.size_centers.values()):
+            raise K3ScaleError("lr grid: size_centers must be positive LRs")
         _require_numbers(
             "lr grid: points, max_extensions, batch_size",
             (self.points, self.max_extensions, self.batch_size),
@@ -82,6 +88,10 @@ class LRGrid:
             raise K3ScaleError(f"lr grid: max_extensions must be >= 0, got {self.max_extensions}")
         if self.batch_size < 1:
             raise K3ScaleError(f"lr grid: batch_size must be >= 1, got {self.batch_size}")
+
+    def for_size(self, size: str) -> LRGrid:
+        """The grid one model size runs: this one, centred on the size's own centre if any."""
+        return replace(self, center=self.size_centers.get(size, self.center), size_centers={})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,9 +160,9 @@ class StudyPreset:
             raise K3ScaleError("preset: budgets_per_param must be positive numbers")
         if self.search.lr_low < 10 * self.lr_min:
             raise K3ScaleError("preset: search.lr_low must be at least 10x lr_min (methods.md 1.4)")
-        if self.lr_grid is not None and lr_extent(self.lr_grid)[0] < 10 * self.lr_min:
+        if self.lr_grid is not None and self.lr_span()[0] < 10 * self.lr_min:
             raise K3ScaleError(
-                f"preset: the lr grid reaches {lr_extent(self.lr_grid)[0]:.3g} after "
+                f"preset: the lr grid reaches {self.lr_span()[0]:.3g} after "
                 f"{self.lr_grid.max_extensions} extensions down, below 10x lr_min "
                 f"{self.lr_min:g} (methods.md 1.4)"
             )
@@ -168,6 +178,18 @@ class StudyPreset:
         batch = self.lr_grid.batch_size if self.lr_grid else max(self.search.batch_sizes)
         step = batch * self.seq_len
         return tuple(max(step, round(r * n_active / step) * step) for r in self.budgets_per_param)
+
+    def lr_span(self) -> tuple[float, float]:
+        """Lowest and highest peak LR any trial can run: the search range, or every size's grid
+        with all its extensions."""
+        if self.lr_grid is None:
+            return self.search.lr_low, self.search.lr_high
+        extents = [
+            lr_extent(self.lr_grid.for_size(size))
+            for ladder in self.sizes.values()
+            for size in ladder
+        ] or [lr_extent(self.lr_grid)]
+        return min(low for low, _ in extents), max(high for _, high in extents)
 
     @property
     def planned_trials_per_cell(self) -> int:

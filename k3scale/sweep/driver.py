@@ -24,9 +24,9 @@ from optuna.trial import TrialState
 from k3scale.config import config_hash
 from k3scale.errors import TrackingUnreachableError
 from k3scale.sweep import sources
-from k3scale.sweep.declaration import Study, StudyPreset
+from k3scale.sweep.declaration import LRGrid, Study, StudyPreset
 from k3scale.sweep.ledger import StudyLedger
-from k3scale.sweep.planner import Cell, plan_cells, trial_config
+from k3scale.sweep.planner import Cell, plan_cells, runs_shared_arm, trial_config
 from k3scale.sweep.progress import Progress
 from k3scale.track import schema
 
@@ -215,7 +215,7 @@ class Driver:
             return
         for cell in self.cells:
             if self._trunk_cell(cell) == cell:
-                sources.enqueue_grid(self.tuning[cell.key], self.ctx.preset.lr_grid)
+                sources.enqueue_grid(self.tuning[cell.key], self._grid(cell))
 
     def _extend_grids(self) -> None:
         """Queue an LR beyond each grid end that holds a cell's best, once its trials are in."""
@@ -226,7 +226,10 @@ class Driver:
                 continue
             for lr in self._grid_extensions(cell) or ():
                 self.log(f"{cell.key}: best LR at an end of the grid tried so far; adding {lr:.3g}")
-                sources.enqueue_lr(self.tuning[cell.key], lr, self.ctx.preset.lr_grid)
+                sources.enqueue_lr(self.tuning[cell.key], lr, self._grid(cell))
+
+    def _grid(self, cell: Cell) -> LRGrid:
+        return self.ctx.preset.lr_grid.for_size(cell.size)
 
     def _grid_extensions(self, driving: Cell) -> list[float] | None:
         """None while `driving`'s trials run or wait; else the LRs its grid still needs, judged
@@ -235,7 +238,7 @@ class Driver:
         if sources.count(study, TrialState.RUNNING, TrialState.WAITING):
             return None
         budgets = [self.tuning[c.key] for c in self.cells if self._trunk_cell(c) == driving]
-        return sources.grid_extensions(study, budgets, self.ctx.preset.lr_grid)
+        return sources.grid_extensions(study, budgets, self._grid(driving))
 
     def _enqueue_extras(self) -> None:
         """Once a cell is tuned: its best point with the other seeds, and the shared arm."""
@@ -250,7 +253,7 @@ class Driver:
                 continue
             for seed in preset.seeds[1:]:
                 sources.enqueue_extra(self.extra[cell.key], best, seed, sources.SEED)
-            if study.shared_arm and cell.schedule == baseline:
+            if runs_shared_arm(study, preset) and cell.schedule == baseline:
                 for other in self.cells:
                     if other.schedule != baseline and (
                         other.arch,

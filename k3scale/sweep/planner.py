@@ -158,7 +158,9 @@ def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
         tokens += per_trial * trials
         flops += per_trial * trials * cell_flops(cell, preset) // cell.budget_tokens
     baseline = study.schedules_of(preset)[0]
-    shared = sum(cell.schedule != baseline for cell in cells) if study.shared_arm else 0
+    shared = (
+        sum(cell.schedule != baseline for cell in cells) if runs_shared_arm(study, preset) else 0
+    )
     extra_runs = len(cells) * (len(preset.seeds) - 1) + shared
     return {
         "cells": len(cells),
@@ -284,6 +286,13 @@ def estimate_wall_s_at_rates(
     return total / max(1, slots)
 
 
+def runs_shared_arm(study: Study, preset: StudyPreset) -> bool:
+    """Whether the shared arm needs runs of its own. On an LR grid it does not: every schedule
+    runs the same LRs at one batch, so the other schedule's grid trial at the baseline's best LR
+    is the shared setting (issue 20: the shared-setting comparison reads off the same grid)."""
+    return study.shared_arm and preset.lr_grid is None
+
+
 def _trial_tokens(study: Study, preset: StudyPreset):
     """(cell, tokens of one trial, trials) of tuning, seed re-runs and the shared arm."""
     baseline = study.schedules_of(preset)[0]
@@ -293,5 +302,7 @@ def _trial_tokens(study: Study, preset: StudyPreset):
         if cell.schedule == "wsd" and preset.share_wsd_trunks and tokens != trunk:
             tokens = round(preset.wsd_decay_fraction * tokens)  # a branch off a shared trunk
         yield cell, tokens, preset.planned_trials_per_cell
-        extra = len(preset.seeds) - 1 + (study.shared_arm and cell.schedule != baseline)
+        extra = (
+            len(preset.seeds) - 1 + (runs_shared_arm(study, preset) and cell.schedule != baseline)
+        )
         yield cell, cell.budget_tokens, extra

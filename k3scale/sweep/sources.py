@@ -25,7 +25,7 @@ TUNED, SEED, SHARED = "tuned", "seed", "shared"
 def tuning_distributions(preset: StudyPreset) -> dict:
     if preset.lr_grid is not None:
         # Wide enough for every extension: a stored trial's LR must lie inside its distribution.
-        low, high = lr_grid.lr_extent(preset.lr_grid)
+        low, high = preset.lr_span()
         return {
             "lr": FloatDistribution(low, high, log=True),
             "batch_size": CategoricalDistribution([preset.lr_grid.batch_size]),

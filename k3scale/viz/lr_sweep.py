@@ -140,6 +140,8 @@ def lr_sweep_panel(
         arm = opt[arm_key]
         traces = _arm_traces(arm, _arm_colour(arm_key, arm), tuned, seeds, opt, metric)
         shared = mine.filter(pl.col("arm") == SHARED)
+        if shared.is_empty() and arm != reference:
+            shared = _at_reference_best(tuned, optima, opt, arm_key, reference)
         if shared.height:
             traces.append(
                 _points(
@@ -192,6 +194,22 @@ def _title(optima: pl.DataFrame, rung: str, level: int) -> str:
     lo, hi = budgets.min(), budgets.max()
     tokens = theme.fmt_sci(lo) if lo == hi else f"{theme.fmt_sci(lo)}-{theme.fmt_sci(hi)}"
     return f"{rung}, D={tokens} tokens"
+
+
+def _at_reference_best(
+    tuned: pl.DataFrame, optima: pl.DataFrame, opt: dict, arm_key: str, reference: str
+) -> pl.DataFrame:
+    """On a shared LR grid the shared setting is a tuned run: this arm's at the reference arm's
+    best (lr, batch) in the same rung and budget level (none on a sampled search)."""
+    ref = optima.filter(
+        (pl.col("rung") == opt["rung"])
+        & (pl.col("level") == opt["level"])
+        & (pl.col(arm_key) == reference)
+    )
+    if ref.is_empty():
+        return tuned.head(0)
+    best = ref.row(0, named=True)
+    return tuned.filter((pl.col("lr") == best["lr"]) & (pl.col("batch_size") == best["batch_size"]))
 
 
 def _caption(optima: pl.DataFrame, arm_key: str, reference: str, arms: list[str]) -> str:

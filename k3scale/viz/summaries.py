@@ -173,6 +173,8 @@ def shared_losses(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
         `best_point_losses`).
     """
     shared = finished_with(runs, metric).filter(pl.col("arm") == SHARED)
+    if shared.is_empty():
+        shared = grid_shared_runs(runs, metric)
     rows = []
     for _, group in shared.group_by("cell", maintain_order=True):
         first = group.row(0, named=True)
@@ -188,6 +190,18 @@ def shared_losses(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
             }
         )
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def grid_shared_runs(runs: pl.DataFrame, metric: str, reference: str = "cosine") -> pl.DataFrame:
+    """The shared setting of a study tuned on one LR grid, which runs no shared arm of its own:
+    each other schedule's tuned run at the `reference` schedule's best (lr, batch) of the same
+    (arch, size, budget). Empty where the grid has no such run (a sampled search)."""
+    optima = cell_optima(runs, metric).filter(pl.col("schedule") == reference)
+    tuned = finished_with(runs, metric).filter(
+        (pl.col("arm") == TUNED) & (pl.col("schedule") != reference)
+    )
+    at_best = optima.select("arch", "size", "budget_tokens", "lr", "batch_size")
+    return tuned.join(at_best, on=["arch", "size", "budget_tokens", "lr", "batch_size"])
 
 
 def status_counts(runs: pl.DataFrame) -> pl.DataFrame:

@@ -24,7 +24,7 @@ SEARCH = SearchSpace(lr_low=1e-3, lr_high=1e-1, batch_sizes=(8, 16))
 
 def preset(grid: LRGrid | None = GRID, **overrides) -> StudyPreset:
     fields = dict(sizes={"k3": ("k3-t0",)}, budgets=(16_384, 32_768), search=SEARCH)
-    return StudyPreset(**fields, trials_per_cell=4, lr_grid=grid, **overrides)
+    return StudyPreset(**(fields | overrides), trials_per_cell=4, lr_grid=grid)
 
 
 def test_grid_lrs_are_geometric_around_the_center():
@@ -89,6 +89,22 @@ def test_a_bad_grid_is_one_clear_error(grid, message):
     fields = dict(center=1e-2, points=5, batch_size=16) | grid
     with pytest.raises(K3ScaleError, match=f"lr grid: .*{message}"):
         LRGrid(**fields)
+
+
+def test_each_size_runs_the_grid_on_its_own_centre():
+    grid = LRGrid(
+        center=1e-2, points=4, ratio=1.6, batch_size=8, size_centers={"k3-t1": 1e-2 / 1.6}
+    )
+    p = preset(grid, sizes={"k3": ("k3-t0", "k3-t1")})
+    small, large = grid.for_size("k3-t0"), grid.for_size("k3-t1")
+    assert grid_lrs(small) == grid_lrs(LRGrid(center=1e-2, points=4, ratio=1.6, batch_size=8))
+    # One lattice step down: the large rung's points are the small rung's, shifted by one.
+    assert grid_lrs(large)[1:] == pytest.approx(grid_lrs(small)[:-1], rel=1e-12)
+    assert p.lr_span() == pytest.approx((lr_extent(large)[0], lr_extent(small)[1]), rel=1e-12)
+    lr = sources.tuning_distributions(p)["lr"]
+    assert (lr.low, lr.high) == pytest.approx(p.lr_span(), rel=1e-12)
+    with pytest.raises(K3ScaleError, match="size_centers must be positive"):
+        LRGrid(center=1e-2, points=4, batch_size=8, size_centers={"k3-t1": 0.0})
 
 
 def test_a_grid_that_can_reach_below_10x_lr_min_is_refused():
@@ -189,8 +205,9 @@ def test_study_plan_prints_the_grid_and_counts_its_points(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    # 4 cells x 5 grid points; 2 seed re-runs per cell and 2 shared-arm runs (the WSD cells).
-    assert "4 cells, 20 tuning trials + 10 extra runs" in done.stdout
+    # 4 cells x 5 grid points; 2 seed re-runs per cell; no shared-arm runs: on one grid, WSD's
+    # own trial at cosine's best LR is the shared setting.
+    assert "4 cells, 20 tuning trials + 8 extra runs" in done.stdout
     lrs = ", ".join(f"{lr:.3g}" for lr in grid_lrs(GRID))
     assert f"lr grid: peak lr {lrs} (5 points, x1.5 apart), batch size 16" in done.stdout
     assert "up to 2 more lr per cell" in done.stdout

@@ -228,3 +228,15 @@ def test_lr_sweep_pairs_budgets_by_rank_when_each_size_has_its_own(runs):
     assert "over 6 cells" in panel.caption
     titles = [a.text for a in panel.figure.layout.annotations if "tokens" in a.text]
     assert len(titles) == 6 and all("-" in t.split("D=")[1] for t in titles)
+
+
+def test_on_one_lr_grid_the_shared_setting_is_the_other_arms_grid_trial():
+    # The v2 k2_vs_k3 study tuned both archs on one LR lattice and ran no shared arm.
+    runs = pl.read_parquet(COMMITTED / "k2_vs_k3-cpu_v2" / "runs.parquet")
+    assert runs.filter(pl.col("arm") == "shared").is_empty()
+    panel = lr_sweep.lr_sweep_panel(runs, "arch", "k2", "wsd", METRIC)
+    shared = [t for t in panel.figure.data if t.name.endswith("(shared setting)")]
+    k2_best = sorted(cell_optima(runs.filter(pl.col("arch") == "k2"), METRIC)["lr"].to_list())
+    # Every K2 optimum lies on K3's grid too, so each cell shows K3 at K2's best LR.
+    assert sorted(x for t in shared for x in t.x) == pytest.approx(k2_best, rel=1e-12)
+    assert all(t.name.startswith("k3 at k2's best") for t in shared)
