@@ -115,6 +115,9 @@ STUDIES = [
     pytest.param(
         COMMITTED / "cosine_vs_wsd-cpu", "cosine_vs_wsd", id="committed-cosine_vs_wsd-cpu"
     ),
+    pytest.param(
+        COMMITTED / "cosine_vs_wsd-cpu_v2", "cosine_vs_wsd", id="committed-cosine_vs_wsd-cpu_v2"
+    ),
 ]
 
 
