@@ -178,13 +178,21 @@ def _drive_trials(n: int, storage: str, prefix: str) -> list[float]:
     from k3scale.sweep import sources
     from k3scale.sweep.declaration import load_study
     from k3scale.sweep.ledger import StudyLedger
+    from k3scale.sweep.planner import Cell
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     preset = load_study(STUDY).preset(PRESET)
     distributions = sources.tuning_distributions(preset)
-    backend = sources.open_storage(storage)
+    # The driver's own cell studies (a grid preset: fixed params, an idle sampler).
     cells = [
-        StudyLedger(optuna.create_study(storage=backend, study_name=f"{prefix}|cell{c}"))
+        StudyLedger(
+            sources.open_cell_study(
+                storage,
+                Cell(arch="k3", size=f"{prefix}-c{c}", budget_tokens=1, schedule="wsd"),
+                seed=0,
+                sampled=False,
+            )
+        )
         for c in range(CELLS)
     ]
     seconds = []

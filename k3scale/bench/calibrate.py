@@ -70,12 +70,19 @@ def design_from_study(name: str, preset: str) -> Design:
     # The preset's own grid (its extensions are not simulated: the truth's lr* sits around the
     # grid's centre, moved by N and D).
     lrs = grid_lrs(p.lr_grid)
+    scale = tuple(
+        (size, p.lr_grid.for_size(size).center / p.lr_grid.center)
+        for size in p.lr_grid.size_centers
+    )
     return dataclasses.replace(
         design,
         lr_grid=tuple(lrs),
         lr_range=(lrs[0], lrs[-1]),
         batch_sizes=(p.lr_grid.batch_size,),
         trials_per_cell=p.lr_grid.points,
+        size_lr_scale=scale,
+        # On one grid the shared setting is a grid trial (k3scale.sweep.planner.runs_shared_arm).
+        shared_arm=False,
     )
 
 

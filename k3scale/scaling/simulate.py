@@ -57,6 +57,12 @@ class Design:
     share_wsd_trunks: bool
     lr_grid: tuple[float, ...] = ()
     """When set, every cell runs exactly these LRs at each batch size (a grid design)."""
+    size_lr_scale: tuple[tuple[str, float], ...] = ()
+    """(size, factor): a size whose grid is `lr_grid` times factor, centred where the design
+    expects that size's optimum; the truth's lr* then follows the grid centres (with D)."""
+
+    def lr_scale(self, size: str) -> float:
+        return dict(self.size_lr_scale).get(size, 1.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,7 +112,12 @@ class Truth:
 def _lr_star(truth: Truth, design: Design, cell: SimCell, n_ref: float, d_ref: float) -> float:
     mid = np.sqrt(design.lr_range[0] * design.lr_range[1])
     a, b = truth.lr_exponents
-    lr = mid * (cell.n / n_ref) ** a * (cell.budget_tokens / d_ref) ** b
+    if design.size_lr_scale:
+        # Each size's grid is centred on its expected optimum: the N dependence is in the grid.
+        tokens_per_param = cell.budget_tokens / cell.n
+        lr = mid * design.lr_scale(cell.size) * (tokens_per_param / (d_ref / n_ref)) ** b
+    else:
+        lr = mid * (cell.n / n_ref) ** a * (cell.budget_tokens / d_ref) ** b
     return lr * (truth.wsd_lr_factor if cell.schedule == "wsd" else 1.0)
 
 
@@ -123,9 +134,10 @@ def true_loss(truth: Truth, design: Design, cell: SimCell, lr, batch) -> np.ndar
     )
 
 
-def _trials(design: Design, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _trials(design: Design, rng: np.random.Generator, size: str) -> tuple[np.ndarray, np.ndarray]:
     if design.lr_grid:
-        lr, batch = np.meshgrid(design.lr_grid, design.batch_sizes, indexing="ij")
+        lrs = np.asarray(design.lr_grid) * design.lr_scale(size)
+        lr, batch = np.meshgrid(lrs, design.batch_sizes, indexing="ij")
         return lr.ravel(), batch.ravel()
     lo, hi = np.log(design.lr_range)
     lr = np.exp(rng.uniform(lo, hi, design.trials_per_cell))
@@ -150,7 +162,7 @@ def simulate_runs(design: Design, truth: Truth, seed: int) -> pl.DataFrame:
         if key is not None and key in trunks:
             lr, batch, common = trunks[key]
         else:
-            lr, batch = _trials(design, rng)
+            lr, batch = _trials(design, rng, cell.size)
             common = rng.standard_normal(len(lr))
             if key is not None:
                 trunks[key] = (lr, batch, common)

@@ -1,6 +1,7 @@
 """Where run tables come from: an MLflow server (batched reads) or JSONL replicas.
 
-MLflow: runs in pages of `SEARCH_PAGE` via `MlflowClient.search_runs`; metric histories with the
+MLflow: runs in run_id order, a page of `BULK_MAX_RUNS` at a time, via `MlflowClient.search_runs`
+(each page gets its histories before the next is read); metric histories with the
 server's bulk endpoint (`/ajax-api/2.0/mlflow/metrics/get-history-bulk`, up to 100 runs and
 25,000 points per request in mlflow 3.17.2, `mlflow/server/handlers.py`), or the SQL store's
 `get_metric_history_bulk` for `sqlite://` URIs: one request per (metric, 100 runs), no per-run
@@ -18,10 +19,9 @@ from k3scale.scaling.tables import RunData
 from k3scale.track.replica import find_replicas, read_replica
 
 # mlflow 3.17.2 server/handlers.py: MAX_RUN_IDS_PER_REQUEST and MAX_HISTORY_RESULTS of the bulk
-# history endpoint; SEARCH_PAGE is MlflowClient.search_runs' documented maximum page size.
+# history endpoint.
 BULK_MAX_RUNS = 100
 BULK_MAX_POINTS = 25_000
-SEARCH_PAGE = 1000
 BULK_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 
 
@@ -100,8 +100,8 @@ def mlflow_batches(
     tracking_uri: str, experiment: str, batch_runs: int = BULK_MAX_RUNS
 ) -> Iterator[list[RunData]]:
     """The runs of `experiment`, `batch_runs` at a time in run_id order, each batch with its
-    full metric histories: the run list (params, tags, last values) is read once, histories one
-    batch at a time, so memory holds one batch's curves.
+    full metric histories: the server pages the run list in run_id order and each page gets its
+    histories as it is read, so memory holds one batch of runs and curves, whatever N.
 
     Raises:
         K3ScaleError: the experiment is not on the server (at the call, before any batch).
@@ -112,18 +112,23 @@ def mlflow_batches(
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise K3ScaleError(f"export: experiment {experiment!r} not found at {tracking_uri}")
-    runs, token = [], None
+    return _mlflow_pages(client, tracking_uri, experiment, found.experiment_id, batch_runs)
+
+
+def _mlflow_pages(client, tracking_uri: str, experiment: str, experiment_id: str, batch_runs: int):
+    token = None
     while True:
-        page = client.search_runs([found.experiment_id], max_results=SEARCH_PAGE, page_token=token)
-        runs.extend(page)
+        page = client.search_runs(
+            [experiment_id],
+            max_results=batch_runs,
+            order_by=["attributes.run_id ASC"],
+            page_token=token,
+        )
+        if page:
+            yield _with_histories(client, tracking_uri, experiment, list(page))
         token = page.token
         if not token:
-            break
-    runs.sort(key=lambda r: r.info.run_id)
-    return (
-        _with_histories(client, tracking_uri, experiment, runs[start : start + batch_runs])
-        for start in range(0, len(runs), batch_runs)
-    )
+            return
 
 
 def _with_histories(client, tracking_uri: str, experiment: str, runs) -> list[RunData]:

@@ -35,6 +35,8 @@ DIVERGED_OBJECTIVE = 50.0
 # Relaunches of a trial whose run could not reach MLflow before training (the server died
 # between the driver's check and the run's start); each one follows a fresh server check.
 MAX_TRACKING_RELAUNCHES = 3
+# How long the driver waits for an MLflow server it does not own to answer again (seconds).
+TRACKING_OUTAGE_S = 300.0
 # Ray's auth mode is not set here: a trial's process has the mode of the Ray that started it.
 _ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -105,13 +107,14 @@ class Driver:
         self.slots = max(1, slots)
         self.log = log
         self.cells = plan_cells(ctx.study, ctx.preset)
-        seed = ctx.preset.seeds[0]
+        seed, sampled = ctx.preset.seeds[0], ctx.preset.lr_grid is None
         # Ledgers: the driver is the only writer, so reads between its writes come from memory.
         self.tuning = {
-            c.key: StudyLedger(sources.open_cell_study(ctx.storage, c, seed)) for c in self.cells
+            c.key: StudyLedger(sources.open_cell_study(ctx.storage, c, seed, sampled), log)
+            for c in self.cells
         }
         self.extra = {
-            c.key: StudyLedger(sources.open_extra_study(ctx.storage, c)) for c in self.cells
+            c.key: StudyLedger(sources.open_extra_study(ctx.storage, c), log) for c in self.cells
         }
         self.jobs: list[_Job] = []
         self.counters = _Counters()
@@ -374,6 +377,8 @@ class Driver:
                 self.log(
                     f"trial {job.label} could not reach MLflow before training: relaunching it"
                 )
+                if self.tracking is None:
+                    self._wait_for_tracking()
                 job.relaunch()
                 return
             self.log(
@@ -388,6 +393,18 @@ class Driver:
         self.counters.timings.append(task_timing(output, time.time() - job.started))
         for study, trial, budget, _ in job.tells:
             self._tell(study, trial, output["results"][str(budget)], job)
+
+    def _wait_for_tracking(self) -> None:
+        """A server this driver does not own (a cluster's) cannot be restarted from here: give
+        it up to TRACKING_OUTAGE_S to answer again (a restart, a deploy) before relaunching."""
+        from k3scale.track.server import server_answers
+
+        deadline = time.monotonic() + TRACKING_OUTAGE_S
+        while not server_answers(self.ctx.tracking_uri):
+            if time.monotonic() > deadline:
+                return  # the relaunch fails again, and the trial with it after a few
+            self.log(f"waiting for the MLflow server at {self.ctx.tracking_uri}")
+            time.sleep(10.0)
 
     def _tell(self, study, trial, result: dict, job: _Job) -> None:
         objective = result["final_" + self.ctx.study.objective]
@@ -408,8 +425,7 @@ class Driver:
                 )
             )
             return
-        for key, attr in _attrs(result).items():
-            trial.set_user_attr(key, attr)
+        study.set_user_attrs(trial, _attrs(result))
         study.tell(trial, value, skip_if_finished=True)
 
     def trial_totals(self) -> dict[str, int]:

@@ -18,6 +18,10 @@ from k3scale.sweep.declaration import Study, StudyPreset
 from k3scale.sweep.planner import plan_cells, trial_config
 
 MEASURED_STEPS = 16
+# Steps trained and thrown away first: a process's first steps pay one-off costs (kernel
+# libraries loaded, the dataset paged in, allocator growth) that once made a 16-step rate 20x
+# too slow; a study's trials pay them once per worker, not per step.
+WARMUP_STEPS = 2
 
 
 def preset_batch(preset: StudyPreset) -> int:
@@ -51,13 +55,14 @@ def rung_rates(
         first_cell.setdefault(cell.size, cell)
     rates = {}
     for size, cell in first_cell.items():
-        with TemporaryDirectory(prefix="k3scale-rate-") as out_dir:
-            cfg = trial_config(
-                study, preset, cell, lr=preset_lr(preset), batch_size=preset_batch(preset),
-                seed=preset.seeds[0], out_dir=out_dir, data_root=data_root,
-                tracking_uri=None, dataset=dataset, tags={},
-            )  # fmt: skip
-            result = train(cfg, resume=False, stop_after_steps=MEASURED_STEPS)
+        for steps in (WARMUP_STEPS, MEASURED_STEPS):
+            with TemporaryDirectory(prefix="k3scale-rate-") as out_dir:
+                cfg = trial_config(
+                    study, preset, cell, lr=preset_lr(preset), batch_size=preset_batch(preset),
+                    seed=preset.seeds[0], out_dir=out_dir, data_root=data_root,
+                    tracking_uri=None, dataset=dataset, tags={},
+                )  # fmt: skip
+                result = train(cfg, resume=False, stop_after_steps=steps)
         rates[size] = result.tokens_per_s
         progress(f"  {size}: {rates[size]:,.0f} tokens/s over {result.steps} steps")
     return rates

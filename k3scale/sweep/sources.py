@@ -61,11 +61,13 @@ def open_storage(url: str | None) -> optuna.storages.RDBStorage | None:
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
-def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
+def open_cell_study(storage: str, cell: Cell, seed: int, sampled: bool = True) -> optuna.Study:
     """The cell's tuning study (created once; seeded TPE, multivariate, constant liar).
 
     The sampler's seed also depends on how many trials the study already holds: a restarted
     driver's fresh sampler would otherwise replay the first driver's random start-up points.
+    `sampled=False` (an LR grid: every trial is enqueued with fixed params) gives it a random
+    sampler that is never consulted: TPE would still read the whole study at every ask.
     """
     study = optuna.create_study(
         storage=open_storage(storage),
@@ -73,6 +75,9 @@ def open_cell_study(storage: str, cell: Cell, seed: int) -> optuna.Study:
         direction="minimize",
         load_if_exists=True,
     )
+    if not sampled:
+        study.sampler = optuna.samplers.RandomSampler(seed=seed)
+        return study
     history = len(study.get_trials(deepcopy=False))
     study.sampler = optuna.samplers.TPESampler(
         seed=(seed * 1_000_003 + zlib.crc32(cell.key.encode()) + 7_919 * history) % 2**31,

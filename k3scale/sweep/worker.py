@@ -6,10 +6,14 @@ so this is done per task) and returns plain dicts, so the driver never unpickles
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
+
+ATTEMPTS_FILE = "attempts.jsonl"
 
 
 def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -32,16 +36,45 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     threads = _assigned_cpus(payload.get("threads", 1))
     torch.set_num_threads(threads)
     cfg = load_run_config(payload["config"])
+    tags = attempt_tags(Path(cfg.train.out_dir))
     if payload.get("branches"):
-        results = run_branches(cfg, [load_run_config(b) for b in payload["branches"]])
+        branches = [load_run_config(b) for b in payload["branches"]]
+        results = run_branches(cfg, branches, extra_tags=tags)
     else:
-        results = {cfg.train.budget_tokens: train(cfg)}
+        results = {cfg.train.budget_tokens: train(cfg, extra_tags=tags)}
     return {
         "results": {str(budget): _summary(result) for budget, result in results.items()},
         "busy_s": time.perf_counter() - started,
         "import_s": import_s,
         "pid": os.getpid(),
     }
+
+
+def attempt_tags(out_dir: Path) -> dict[str, str]:
+    """Tags saying which attempt of its trial this task is and on which Ray node it runs.
+
+    Attempts are counted in the trial's folder, which every node reaches (a retry on another
+    node after its first node died counts 2), so a retried trial shows it in MLflow: the run
+    resumed from its checkpoint carries the latest attempt's tags.
+    """
+    from k3scale.track import schema
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    node = _ray_node_id()
+    with open(out_dir / ATTEMPTS_FILE, "a") as out:
+        out.write(json.dumps({"node": node, "pid": os.getpid(), "time": time.time()}) + "\n")
+    with open(out_dir / ATTEMPTS_FILE) as lines:
+        attempt = sum(1 for _ in lines)
+    return {schema.TAG_ATTEMPT: str(attempt), schema.TAG_RAY_NODE: node}
+
+
+def _ray_node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    except Exception:
+        return "local"
 
 
 def _summary(result) -> dict[str, Any]:

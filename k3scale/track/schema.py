@@ -27,6 +27,10 @@ TAG_VERSION_CUDA = "k3scale.version.cuda"
 TAG_DEVICE = "k3scale.device"
 TAG_VERSION_PYTHON = "k3scale.version.python"
 TAG_HOSTNAME = "k3scale.hostname"
+# Set by a sweep's trial task: which attempt of the trial this is (1 = first; a retry after its
+# node died or its process was killed counts up) and the Ray node that ran the latest attempt.
+TAG_ATTEMPT = "k3scale.attempt"
+TAG_RAY_NODE = "k3scale.ray_node"
 # Added by the tracking helper: the replica's run id, so upload_replica can find (and complete)
 # the MLflow run that holds a replica instead of creating a duplicate.
 TAG_REPLICA_RUN_ID = "k3scale.replica_run_id"

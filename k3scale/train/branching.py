@@ -49,7 +49,9 @@ def branch_config(cfg: RunConfig, budget: int, out_dir: str) -> RunConfig:
     return _with_budget(cfg, budget, out_dir)
 
 
-def run_branches(cfg: RunConfig, branches: list[RunConfig]) -> dict[int, RunResult]:
+def run_branches(
+    cfg: RunConfig, branches: list[RunConfig], extra_tags: dict[str, str] | None = None
+) -> dict[int, RunResult]:
     """Train the trunk and every branch from the trunk's checkpoint at its fork.
 
     Each branch is a run of its own: a straight WSD run of a smaller budget (its own folder,
@@ -58,6 +60,7 @@ def run_branches(cfg: RunConfig, branches: list[RunConfig]) -> dict[int, RunResu
     Args:
         cfg: the trunk's run; trained to the largest budget of it and the branches.
         branches: the straight runs to fork, e.g. `branch_config(cfg, budget, out_dir)`.
+        extra_tags: tags added to the trunk and every branch (a sweep task's attempt).
 
     Returns:
         Results by budget, the trunk's included.
@@ -65,7 +68,7 @@ def run_branches(cfg: RunConfig, branches: list[RunConfig]) -> dict[int, RunResu
     for branch in branches:
         _check_branch(cfg, branch)
     trunk = trunk_config(cfg, [cfg.train.budget_tokens, *(b.train.budget_tokens for b in branches)])
-    trunk_run = train(trunk)
+    trunk_run = train(trunk, extra_tags=extra_tags)
     results = {trunk.train.budget_tokens: trunk_run}
     for branch in sorted(branches, key=lambda b: b.train.budget_tokens):
         step = fork_step(trunk, branch)
@@ -74,6 +77,7 @@ def run_branches(cfg: RunConfig, branches: list[RunConfig]) -> dict[int, RunResu
             branch,
             start_from=Path(trunk.train.out_dir) / fork_name(tokens),
             extra_tags={
+                **(extra_tags or {}),
                 schema.TAG_TRUNK_RUN_ID: trunk_run.run_id,
                 schema.TAG_FORK_STEP: str(step),
                 schema.MLFLOW_PARENT_RUN_ID: trunk_run.run_id,

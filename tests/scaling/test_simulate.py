@@ -11,7 +11,7 @@ import pytest
 from k3scale.bench import calibrate
 from k3scale.cli import main
 from k3scale.scaling import compute_optimal
-from k3scale.scaling.simulate import Truth, simulate_runs
+from k3scale.scaling.simulate import Truth, simulate_runs, true_loss
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +87,23 @@ def test_small_calibration_covers_the_truth(capsys):
 
 def test_the_middle_compute_is_where_the_headline_multiplier_is_read():
     assert calibrate.MID == compute_optimal.C_GRID // 2
+
+
+def test_a_grid_centred_per_size_is_simulated_per_size():
+    # cosine_vs_wsd cpu_v2: four LRs per rung, each rung's grid one 1.6x step below the last.
+    design = calibrate.design_from_study("cosine_vs_wsd", "cpu_v2")
+    assert dict(design.size_lr_scale) == pytest.approx(
+        {"k3-s1": 1.0, "k3-s2": 1 / 1.6, "k3-s3": 1 / 1.6**2}
+    )
+    assert not design.shared_arm  # the grid trial at cosine's best is the shared setting
+    runs = simulate_runs(design, Truth(), seed=0)
+    for size, scale in design.size_lr_scale:
+        lrs = sorted(set(runs.filter(pl.col("size") == size)["lr"].to_list()))
+        assert lrs == pytest.approx([lr * scale for lr in design.lr_grid])
+    # The truth's optimum sits inside every size's grid, as the design intends.
+    for cell in design.cells:
+        grid = [lr * design.lr_scale(cell.size) for lr in design.lr_grid]
+        fine = np.geomspace(grid[0] / 4, grid[-1] * 4, 2001)
+        batch = np.full_like(fine, design.batch_sizes[0])
+        star = fine[np.argmin(true_loss(Truth(), design, cell, fine, batch))]
+        assert grid[0] < star < grid[-1], (cell, star, grid)

@@ -107,3 +107,24 @@ def test_the_ledger_answers_with_the_study_s_own_attributes(storage):
     assert ledger.study_name == "cell|extra"
     assert ledger.sampler is study.sampler
     assert ledger.direction == study.direction
+
+
+def test_a_trial_costs_the_same_statements_in_a_study_of_any_size(storage):
+    """Enqueue (with its duplicate check), ask, tell and the driver's reads: the SQL a trial runs
+    does not grow with the trials the study already holds (issue 22)."""
+    ledger = StudyLedger(optuna.create_study(storage=storage, study_name="cell"))
+    ledger.get_trials(deepcopy=False)  # the one full read, when a driver opens the study
+    executed = _statements(ledger)
+    counts = []
+    for index in range(120):
+        before = len(executed)
+        ledger.enqueue_trial({"lr": 1e-3 * (1 + index), "batch_size": 7}, skip_if_exists=True)
+        ledger.enqueue_trial({"lr": 1e-3 * (1 + index), "batch_size": 7}, skip_if_exists=True)
+        trial = ledger.ask(DISTRIBUTIONS)
+        ledger.tell(trial, 3.0 + index)
+        sources.best_params(ledger)
+        sources.count(ledger, TrialState.WAITING, TrialState.RUNNING)
+        counts.append(len(executed) - before)
+    assert counts[10] == counts[-1], counts
+    assert _seen(ledger) == _fresh(storage, "cell")
+    assert len(ledger.get_trials()) == 120  # the duplicate enqueues were skipped

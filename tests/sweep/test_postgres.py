@@ -9,6 +9,9 @@ installs Debian's PostgreSQL when it is missing.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -17,7 +20,7 @@ from k3scale.bench.local_postgres import LocalPostgres
 from k3scale.sweep import sources
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.identity import check_identity
-from k3scale.sweep.ledger import StudyLedger
+from k3scale.sweep.ledger import StudyLedger, retrying
 from k3scale.sweep.planner import plan_cells
 
 PRESET = load_study("experiments/k2_vs_k3.py").preset("cpu_v2")
@@ -64,6 +67,41 @@ def test_the_ledger_writes_again_after_postgres_restarts(postgres):
     ledger.tell(trial, 3.9)
     assert len(ledger.get_trials()) == before + 1
     assert ledger.get_trials()[-1].state == TrialState.COMPLETE
+
+
+def test_the_ledger_waits_out_postgres_being_down(postgres):
+    storage = postgres.url("optuna")
+    waits: list[str] = []
+    ledger = StudyLedger(sources.open_cell_study(storage, CELL, seed=0), log=waits.append)
+    trial = ledger.ask(sources.tuning_distributions(PRESET))
+    before = len(ledger.get_trials())
+    postgres.pause()
+    # The tell is issued while the server is down; it lands once the server is back.
+    restart = threading.Timer(3.0, postgres.resume)
+    restart.start()
+    try:
+        started = time.monotonic()
+        ledger.tell(trial, 3.8)
+        took = time.monotonic() - started
+    finally:
+        restart.join()
+    assert waits and all("study storage unreachable" in w for w in waits), waits
+    assert took >= 2.0, took
+    fresh = optuna.load_study(study_name=CELL.key, storage=storage)
+    assert len(fresh.trials) == before
+    assert fresh.trials[trial.number].state == TrialState.COMPLETE
+    assert fresh.trials[trial.number].value == 3.8
+
+
+def test_a_rejected_statement_is_not_retried(postgres):
+    ledger = StudyLedger(sources.open_cell_study(postgres.url("optuna"), CELL, seed=0))
+    trial = ledger.ask(sources.tuning_distributions(PRESET))
+    ledger.tell(trial, 3.7)
+    # Optuna refuses a second tell at once (a ValueError): no storage outage, nothing to wait for.
+    waits: list[str] = []
+    with pytest.raises(ValueError):
+        retrying(lambda: ledger.study.tell(trial, 3.6), log=waits.append)
+    assert waits == []
 
 
 def test_study_json_gets_the_storage_url_without_its_password(postgres):
