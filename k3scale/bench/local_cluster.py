@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
+from k3scale.sweep.reaper import process_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -38,30 +39,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def kill_tree(pid: int) -> list[int]:
-    """SIGKILL a process and all its descendants (found first: Ray's workers rename themselves,
-    so only the process tree says which are whose). Returns the pids killed."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=15)
-    return [p.pid for p in procs]
-
-
 def descendant_pids(pid: int) -> set[int]:
-    import psutil
+    """Every live descendant of `pid` (from /proc: Ray's workers rename themselves, so only
+    the process tree says whose they are)."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in process_table().items():
+        children.setdefault(parent, []).append(child)
+    found, stack = set(), [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
 
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL a process and all its descendants (found first). Returns the pids signalled."""
+    pids = [pid, *descendant_pids(pid)]
+    for target in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+    deadline = time.monotonic() + 15.0
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
+
+
+def _alive(pid: int) -> bool:
     try:
-        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
-    except psutil.NoSuchProcess:
-        return set()
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"  # a zombie is dead, waiting for its parent
 
 
 def wait_for(what: str, ready: Callable[[], bool], timeout_s: float, poll_s: float = 1.0) -> None:

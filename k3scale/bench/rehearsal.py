@@ -54,6 +54,14 @@ TERMINAL = ("FAILED", "STOPPED", "SUCCEEDED")
 # The flagship studies (experiments/NAME.py), each at its smoke preset, and their analyses.
 STUDIES = ("cosine_vs_wsd", "k2_vs_k3")
 PRESET = "smoke"
+JOB_POLL_S = 10.0
+JOB_QUERY = (
+    "import sys\n"
+    "from ray.job_submission import JobSubmissionClient\n"
+    "client = JobSubmissionClient(sys.argv[1])\n"
+    "print(client.get_job_status(sys.argv[2]).value)\n"
+    "sys.stdout.write(client.get_job_logs(sys.argv[2]) if sys.argv[3] == '1' else '')\n"
+)
 
 
 def _attempts(root: Path) -> dict[Path, list[dict]]:
@@ -79,6 +87,7 @@ class Rehearsal:
         self.shared = self.folder / "shared"  # what every node mounts
         self.report: dict = {"folder": str(self.folder), "events": [], "studies": {}}
         self.started = time.monotonic()
+        self._jobs_checked = 0.0
 
     def event(self, text: str) -> None:
         at = round(time.monotonic() - self.started, 1)
@@ -108,10 +117,13 @@ class Rehearsal:
             )
             data_root = self._data()
             env = {**cluster.env(), **mlflow.credentials()}
-            jobs = {
-                name: self._submit(name, cluster, mlflow, postgres.url(f"optuna_{name}"), data_root)
-                for name in STUDIES
-            }
+            jobs = {}
+            for name in STUDIES:
+                storage = postgres.url(f"optuna_{name}")
+                jobs[name] = self._submit(name, cluster, mlflow, storage, data_root)
+                # One at a time: two jobs unpacking the same working_dir at once on one machine
+                # raced (the second driver died on a FileNotFoundError before it started).
+                self._wait_started(name)
             self._disrupt(cluster, mlflow, postgres, jobs)
             for name, job in jobs.items():
                 status, logs = self._wait_job(cluster, job)
@@ -167,6 +179,10 @@ class Rehearsal:
             raise K3ScaleError(f"rehearsal: study submit failed: {done.stdout}{done.stderr}")
         self.event(f"submitted {name} ({PRESET}) as Ray job {found.group(1)}")
         return found.group(1)
+
+    def _wait_started(self, name: str) -> None:
+        study_json = self.shared / "studies" / name / "study.json"
+        wait_for(f"{name}'s driver to start", study_json.exists, START_TIMEOUT_S)
 
     def _disrupt(self, cluster: RayCluster, mlflow: AuthMlflow, postgres, jobs: dict) -> None:
         """Kill a worker node mid-trial, then restart MLflow, then restart PostgreSQL."""
@@ -225,17 +241,27 @@ class Rehearsal:
         self.event("PostgreSQL started again")
 
     def _jobs_running(self, cluster: RayCluster, jobs: dict) -> None:
+        """Raise once every job has ended (checked at most every JOB_POLL_S)."""
+        if time.monotonic() - self._jobs_checked < JOB_POLL_S:
+            return
+        self._jobs_checked = time.monotonic()
         statuses = [self._job_status(cluster, job, logs=False)[0] for job in jobs.values()]
         if all(status in TERMINAL for status in statuses):
             raise K3ScaleError(f"rehearsal: the jobs ended ({statuses}) before the disruptions")
 
     def _job_status(self, cluster: RayCluster, job: str, logs: bool = True) -> tuple[str, str]:
-        from ray.job_submission import JobSubmissionClient
-
-        with environment(cluster.env()):
-            client = JobSubmissionClient(cluster.dashboard)
-            status = str(client.get_job_status(job).value)
-            return status, client.get_job_logs(job) if logs else ""
+        """(status, logs) of a job, asked by a client process holding the cluster's token (the
+        way `study submit` asks): Ray fixes a process's auth mode when it first reads it."""
+        done = subprocess.run(
+            [sys.executable, "-c", JOB_QUERY, cluster.dashboard, job, "1" if logs else "0"],
+            capture_output=True,
+            text=True,
+            env=cluster.env(),
+        )
+        if done.returncode:
+            raise K3ScaleError(f"rehearsal: cannot ask for job {job}: {done.stderr[-600:]}")
+        status, _, text = done.stdout.partition("\n")
+        return status.strip(), text
 
     def _wait_job(self, cluster: RayCluster, job: str) -> tuple[str, str]:
         deadline = time.monotonic() + JOB_TIMEOUT_S
@@ -267,6 +293,9 @@ class Rehearsal:
 
         client = MlflowClient(url)
         experiment = client.get_experiment_by_name(name)
+        if experiment is None:  # the study never started
+            return {"finished": 0, "duplicated": 0, "running": 0, "abandoned_attempts": 0,
+                    "retried": []}  # fmt: skip
         runs = client.search_runs([experiment.experiment_id], max_results=1000)
         trials = [r for r in runs if schema.TAG_TRIAL in r.data.tags]
         finished = [r for r in trials if r.info.status == "FINISHED"]
@@ -343,8 +372,11 @@ class Rehearsal:
             )
         refusals = self.report["mlflow_refusals"]
         ray = self.report["ray_refusal"]
-        checks["the lost node's trial was retried (attempt 2 in its tags)"] = any(
-            r["attempt"] >= 2 for r in retried
+        # Its folder is runs/<cell key, '|' as '_'>/<tag>; its MLflow trial tag is <key>#<tag>.
+        lost = "/".join(Path(self.report["lost_node"]["trial_dir"]).parts[-2:])
+        checks["the lost node's trial was retried (attempt 2 or more in its tags)"] = any(
+            r["trial"].replace("|", "_").replace("#", "/") == lost and r["attempt"] >= 2
+            for r in retried
         )
         checks["MLflow refuses requests without or with wrong credentials"] = refusals == {
             "no_credentials": 401,

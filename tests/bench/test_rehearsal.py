@@ -42,9 +42,10 @@ def test_both_smoke_studies_survive_a_lost_node_and_restarts_on_an_authenticated
         assert study["mlflow"]["finished"] == study["expected"]
         assert study["mlflow"]["duplicated"] == study["lost"] == study["mlflow"]["running"] == 0
     retried = [r for s in report["studies"].values() for r in s["mlflow"]["retried"]]
-    # One trial was lost with its node (a WSD trunk brings its branches' runs along).
-    assert retried and {r["attempt"] for r in retried} == {2}
-    assert len({r["trial"].split("#")[1] for r in retried}) == 1
+    # The trial lost with its node ran again; so may trials relaunched while MLflow was down.
+    lost = "/".join(Path(report["lost_node"]["trial_dir"]).parts[-2:])
+    attempts = {r["trial"].replace("|", "_").replace("#", "/"): r["attempt"] for r in retried}
+    assert attempts.get(lost, 1) >= 2, (lost, retried)
     assert report["mlflow_refusals"] == {
         "no_credentials": 401,
         "wrong_password": 401,
