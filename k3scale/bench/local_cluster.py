@@ -305,8 +305,8 @@ class RayCluster:
     def refusal_without_token(self, study_file: Path) -> dict:
         """What a client without the token gets: the Jobs API over plain HTTP (status code), and
         `k3scale study submit` (exit code and its one line)."""
-        env = {k: v for k, v in self.env().items() if not k.startswith("RAY_AUTH_TOKEN")}
-        env["RAY_AUTH_MODE"] = "disabled"  # a client that sends no token at all
+        # A client with no Ray auth settings at all: it sends no token.
+        env = {k: v for k, v in self.env().items() if not k.startswith("RAY_AUTH")}
         command = [
             sys.executable, "-m", "k3scale.cli", "study", "submit", str(study_file),
             "--preset", "smoke", "--address", self.dashboard, "--data-root", "/nonexistent",
