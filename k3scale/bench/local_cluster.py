@@ -238,15 +238,23 @@ class RayCluster:
             START_TIMEOUT_S,
         )
         for index in range(1, self.workers + 1):
-            self._start_node(
-                f"worker{index}",
-                ["--address", f"127.0.0.1:{self.gcs_port}", "--num-cpus", "1"],
-            )
-        wait_for(
-            f"{self.workers} Ray worker nodes", lambda: self.workers_up() == self.workers, 120.0
-        )
+            self._start_node(f"worker{index}", self._worker_role())
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.workers_up() < self.workers:
+            # A worker whose `ray start` gave up (the GCS not ready yet, a port taken between
+            # choosing and binding it) is started again, on fresh ports.
+            for i, node in enumerate(self.nodes[1:], start=1):
+                if node.process.poll() is not None and time.monotonic() < deadline:
+                    self.nodes[i] = self._start_node(node.name, self._worker_role(), keep=False)
+            if time.monotonic() > deadline:
+                tails = "; ".join(f"{n.name}: {n.log.read_text()[-400:]}" for n in self.nodes[1:])
+                raise K3ScaleError(f"rehearsal: Ray worker nodes did not start: {tails}")
+            time.sleep(1.0)
 
-    def _start_node(self, name: str, role: list[str]) -> None:
+    def _worker_role(self) -> list[str]:
+        return ["--address", f"127.0.0.1:{self.gcs_port}", "--num-cpus", "1"]
+
+    def _start_node(self, name: str, role: list[str], keep: bool = True) -> RayNode:
         # Several nodes on one machine: every port a node opens is its own.
         ports = [
             "--node-manager-port", str(free_port()),
@@ -264,7 +272,7 @@ class RayCluster:
             *role, *ports,
         ]  # fmt: skip
         log = self.folder / f"ray-{name}.log"
-        with open(log, "wb") as out:
+        with open(log, "ab") as out:
             process = subprocess.Popen(
                 command,
                 stdout=out,
@@ -272,7 +280,10 @@ class RayCluster:
                 env=self.env(),
                 start_new_session=True,
             )
-        self.nodes.append(RayNode(name, process, log))
+        node = RayNode(name, process, log)
+        if keep:
+            self.nodes.append(node)
+        return node
 
     def workers_up(self) -> int:
         """Worker nodes whose `ray start` said the node is up (and still runs)."""
