@@ -12,7 +12,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,17 +25,12 @@ from pathlib import Path
 
 from k3scale.errors import K3ScaleError
 from k3scale.sweep.reaper import process_table
+from k3scale.track.server import free_port, server_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 180.0
 STUDY_USER = "k3scale-study"
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def descendant_pids(pid: int) -> set[int]:
@@ -149,7 +143,7 @@ class AuthMlflow:
             )
         wait_for(
             f"the MLflow server on port {self.port}",
-            lambda: self.process.poll() is None and http_status(f"{self.url}/health") == 200,
+            lambda: self.process.poll() is None and server_answers(self.url),
             START_TIMEOUT_S,
         )
 

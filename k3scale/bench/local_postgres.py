@@ -17,13 +17,13 @@ import glob
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
+from k3scale.track.server import free_port
 
 USER = "k3scale"
 DATABASES = ("optuna", "mlflow")
@@ -40,12 +40,6 @@ def _major_version(path: str) -> int:
     return int(Path(path).parts[-3])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class LocalPostgres:
     """A PostgreSQL cluster of our own: started by `start()`, gone after `stop()`.
 
@@ -56,7 +50,7 @@ class LocalPostgres:
 
     def __init__(self, databases: tuple[str, ...] = DATABASES, port: int = 0) -> None:
         self.databases = databases
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.password = secrets.token_urlsafe(16)
         self.folder: Path | None = None
         self._bin = postgres_bin()
