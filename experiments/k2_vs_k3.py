@@ -15,6 +15,20 @@ def sizes(rungs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return {"k2": ladders.rungs("k2", rungs), "k3": ladders.rungs("k3", rungs)}
 
 
+# Each v2 rung's LR grid is centred on the optimum of the pilot, the first v2 run of this study
+# (commit b74b389: 84 runs, 6 grid extensions), rounded to the lattice 1.5e-2 x 1.6^k. K3's
+# optima fell one step per rung; K2's sat at 1.9-3.0e-2 at s1 and s2 and at 1.2e-2 at s3. The
+# grid still extends wherever a best point lands at an end.
+V2_PILOT_CENTERS = {
+    "k2-s1": 1.5e-2 * 1.6,
+    "k2-s2": 1.5e-2 * 1.6,
+    "k2-s3": 1.5e-2,
+    "k3-s1": 1.5e-2,
+    "k3-s2": 1.5e-2 / 1.6,
+    "k3-s3": 1.5e-2 / 1.6**2,
+}
+
+
 STUDY = Study(
     name="k2_vs_k3",
     archs=("k2", "k3"),
@@ -27,7 +41,12 @@ STUDY = Study(
         "smoke": presets.smoke(sizes(ladders.SMOKE)),
         "demo": presets.demo(sizes(ladders.DEMO)),
         "cpu": presets.cpu(sizes(ladders.CPU)),
-        "cpu_v2": presets.cpu_v2(sizes(ladders.SMALL_VOCAB), schedules=("wsd",), grid_points=4),
+        "cpu_v2": presets.cpu_v2(
+            sizes(ladders.SMALL_VOCAB),
+            schedules=("wsd",),
+            grid_points=4,
+            size_centers=V2_PILOT_CENTERS,
+        ),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

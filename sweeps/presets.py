@@ -62,6 +62,7 @@ def cpu_v2(
     schedules: tuple[str, ...] = (),
     grid_points: int = 5,
     rung_lr_ratio: float = 1.0,
+    size_centers: dict[str, float] | None = None,
 ) -> StudyPreset:
     """The v2 reference design on one 2-core machine (issue 20): models where the body matters
     (the small-vocabulary ladders, vocab 512, on the english_mix_v512 build), runs long enough for
@@ -82,10 +83,12 @@ def cpu_v2(
       30); `grid_points` fewer LRs when the budget forces a choice (issue 20 keeps tokens per
       parameter and seeds first); `rung_lr_ratio` centres each rung's grid that much below the
       previous rung's, on the same lattice (1.6: one grid step per rung, as the v2 k2_vs_k3
-      study's K3 optima fell: 1.2-1.9e-2 at s1, 7.4e-3 at s2, 4.6-7.4e-3 at s3).
+      study's K3 optima fell: 1.2-1.9e-2 at s1, 7.4e-3 at s2, 4.6-7.4e-3 at s3);
+      `size_centers` gives sizes their own centres instead (a pilot's optima, on the lattice
+      1.5e-2 x 1.6^k so that every grid shares its LRs).
     `k3scale study plan --measure` trains each rung a few steps and prints the wall-clock.
     """
-    centers = {
+    centers = size_centers or {
         size: 1.5e-2 / rung_lr_ratio**rung
         for ladder in sizes.values()
         for rung, size in enumerate(ladder)

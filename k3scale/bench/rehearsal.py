@@ -400,6 +400,9 @@ def render(report: dict) -> str:
             f"{r['mlflow']['abandoned_attempts']}, retried {len(r['mlflow']['retried'])}"
         )
     lines += [f"{'ok  ' if ok else 'FAIL'} {check}" for check, ok in report["ok"].items()]
+    for name, r in report["studies"].items():
+        if r["job"]["status"] != "SUCCEEDED":  # what the driver said last: why it failed
+            lines += [f"-- {name}: the end of its job's log", r["job"]["log_tail"]]
     lines.append(f"rehearsal took {report['wall_s']:.0f} s")
     return "\n".join(lines)
 
