@@ -14,5 +14,10 @@ class TrackingUnreachableError(K3ScaleError):
     so a study driver may relaunch the run once the server is back."""
 
 
+class TrackingOutageError(K3ScaleError):
+    """The tracking server stopped answering part-way through a call that is safe to repeat
+    (a replica replay): the caller may wait for the server and call again."""
+
+
 class ConfigError(K3ScaleError, ValueError):
     """A config value or override that does not fit the dataclass; the message names the key."""

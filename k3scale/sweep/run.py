@@ -51,6 +51,9 @@ _TIMINGS = (
 # How long a --ray-address may take to accept a TCP connection (seconds).
 RAY_CONNECT_TIMEOUT_S = 10.0
 TABLES = "tables"
+# How long the end of a study waits out an MLflow outage, and the pause between its tries (s).
+WRAP_UP_OUTAGE_S = 300.0
+WRAP_UP_PAUSE_S = 5.0
 # The Ray a study starts for itself listens on loopback only and asks every caller for the
 # token in this file of the study folder (issue 23).
 LOCAL_RAY_HOST = "127.0.0.1"
@@ -136,10 +139,7 @@ def run_study(
         counters = driver.run()
         sweep_s = time.time() - sweep_started
         # Also after "nothing to run": a driver killed after its last trial exported nothing.
-        tracking_uri = tracking.ensure_up()
-        tracking.recover(folder / "runs")
-        tracking.close_orphans(study.name)
-        _export_tables(study.name, tracking_uri, folder, log)
+        tracking_uri = _wrap_up(tracking, study.name, folder, log)
     wall = time.time() - started
     cores = slots * preset.threads_per_trial
     record |= {"tracking_uri": tracking_uri, "trials": driver.trial_totals(), "state": "complete"}
@@ -309,6 +309,37 @@ def _check_reachable(address: str | None) -> None:
             f"no Ray cluster answers at {address} ({exc.strerror or type(exc).__name__}); "
             "start one with `ray start --head`, or leave out --ray-address for a local Ray"
         ) from None
+
+
+def _wrap_up(tracking: TrackingService, experiment: str, folder: Path, log) -> str:
+    """Replay the replicas MLflow missed, close runs left running and export the tables; returns
+    the server's URL.
+
+    Every step is idempotent, so a server that stops answering part-way (restarted, or its
+    database restarting behind it while /health still answers) is waited for and the whole
+    sequence run again, for up to WRAP_UP_OUTAGE_S: a study whose trials all ended must not
+    fail in its last minute (issue 22: a replay had set this process's MLflow client to one
+    retry, and the export then met PostgreSQL restarting).
+    """
+    from k3scale.track.sending import is_outage
+
+    deadline = time.monotonic() + WRAP_UP_OUTAGE_S
+    while True:
+        try:
+            tracking_uri = tracking.ensure_up()
+            tracking.recover(folder / "runs")
+            tracking.close_orphans(experiment)
+            _export_tables(experiment, tracking_uri, folder, log)
+            return tracking_uri
+        except Exception as exc:
+            if not is_outage(exc) or time.monotonic() + WRAP_UP_PAUSE_S > deadline:
+                raise
+            said = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+            log(
+                f"MLflow stopped answering while the study was wrapped up ({type(exc).__name__}: "
+                f"{said}); trying again in {WRAP_UP_PAUSE_S:g} s"
+            )
+            time.sleep(WRAP_UP_PAUSE_S)
 
 
 def _export_tables(experiment: str, tracking_uri: str, folder: Path, log) -> None:

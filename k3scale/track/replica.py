@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from k3scale.errors import K3ScaleError
+from k3scale.errors import K3ScaleError, TrackingOutageError
 from k3scale.track.schema import REPLICA_FILE, REPLICA_TYPES, TAG_REPLICA_RUN_ID
 
 
@@ -201,7 +201,7 @@ def upload_replica(record_path: Path, tracking_uri: str) -> str:
         return replay_replica(client, path)
     except Exception as exc:
         if sending.is_transient(exc):
-            raise K3ScaleError(f"MLflow at {tracking_uri} is unreachable: {exc}") from None
+            raise TrackingOutageError(f"MLflow at {tracking_uri} is unreachable: {exc}") from None
         raise
 
 

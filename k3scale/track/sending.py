@@ -199,6 +199,17 @@ def is_transient(exc: BaseException) -> bool | None:
     return None
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Whether `exc` says the server is out for now (down, restarting, its database away), not
+    that a file or a request was bad: a repeatable call may wait and try again."""
+    from k3scale.errors import TrackingOutageError
+
+    if isinstance(exc, TrackingOutageError):
+        return True
+    # An OSError naming a file is the disk's, not the network's.
+    return is_transient(exc) is True and not (isinstance(exc, OSError) and exc.filename)
+
+
 def credentials_refused(exc: BaseException) -> bool:
     """Whether `exc` is a server refusing the caller (HTTP 401 or 403)."""
     from mlflow.exceptions import MlflowException

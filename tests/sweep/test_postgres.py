@@ -14,14 +14,18 @@ import time
 
 import optuna
 import pytest
+from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from k3scale.bench.local_postgres import LocalPostgres
-from k3scale.sweep import sources
+from k3scale.sweep import run, sources
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.identity import check_identity
 from k3scale.sweep.ledger import StudyLedger, retrying
 from k3scale.sweep.planner import plan_cells
+from k3scale.sweep.tracking import TrackingService
+from k3scale.track import sending
+from k3scale.track.server import start_local_server
 
 PRESET = load_study("experiments/k2_vs_k3.py").preset("cpu_v2")
 GRID = PRESET.lr_grid
@@ -31,7 +35,7 @@ CELL = plan_cells(load_study("experiments/k2_vs_k3.py"), PRESET)[-1]
 @pytest.fixture(scope="module")
 def postgres():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with LocalPostgres(databases=("optuna",)) as server:
+    with LocalPostgres(databases=("optuna", "mlflow")) as server:
         yield server
 
 
@@ -109,3 +113,36 @@ def test_study_json_gets_the_storage_url_without_its_password(postgres):
     shown = sources.without_password(storage)
     assert postgres.password not in shown and shown.endswith(f"@127.0.0.1:{postgres.port}/optuna")
     assert sources.without_password("sqlite:////tmp/a/optuna.db") == "sqlite:////tmp/a/optuna.db"
+
+
+def test_a_study_s_wrap_up_waits_out_postgres_restarting_behind_mlflow(
+    postgres, tmp_path, monkeypatch
+):
+    # Issue 22's rehearsal: every trial of a study had ended when its driver, whose MLflow client
+    # a replica replay had left at one retry, closed orphans and exported while PostgreSQL
+    # restarted behind a team's MLflow server (whose /health still answered): the job failed.
+    for key, value in sending.HTTP_CLIENT_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(run, "WRAP_UP_PAUSE_S", 1.0)
+    # Its first start creates MLflow's schema on PostgreSQL: up to a minute on a busy machine.
+    backend = postgres.url("mlflow", "postgresql+psycopg")
+    server = start_local_server(backend, tmp_path / "art", timeout_s=240)
+    try:
+        client = MlflowClient(server.url)
+        orphan = client.create_run(client.create_experiment("wrap")).info.run_id
+        said: list[str] = []
+        tracking = TrackingService(tmp_path, server.url, log=said.append)
+        tracking.start()
+        postgres.pause()
+        restart = threading.Timer(4.0, postgres.resume)
+        restart.start()
+        try:
+            assert run._wrap_up(tracking, "wrap", tmp_path, said.append) == server.url
+        finally:
+            restart.join()
+        assert client.get_run(orphan).info.status == "FAILED"
+    finally:
+        server.stop()
+    assert any("MLflow stopped answering while the study was wrapped up" in s for s in said), said
+    assert any("exported 1 runs from mlflow" in s for s in said), said
+    assert (tmp_path / run.TABLES / "runs.parquet").exists()

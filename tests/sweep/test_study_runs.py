@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from k3scale.data.sample import prepare_sample
@@ -194,6 +195,12 @@ def test_driver_killed_after_its_last_trial_then_rerun_finishes_the_job(data_roo
     assert len(record["identity"]["git_sha"]) in (40, len("unknown"))
     assert len(finished_runs(study_dir, "k2_vs_k3")) == 4
     assert not [r for r in mlflow_runs(study_dir, "k2_vs_k3") if r.info.status == "RUNNING"]
+    # The rerun's tables hold exactly the results the killed driver told Optuna: what an unkilled
+    # driver would have exported.
+    with sqlite3.connect(f"file:{study_dir / 'optuna.db'}?mode=ro", uri=True) as conn:
+        told = sorted(value for (value,) in conn.execute("SELECT value FROM trial_values"))
+    tables = pl.read_parquet(study_dir / "tables" / "runs.parquet")
+    assert sorted(tables["final_val_ood_loss"].to_list()) == pytest.approx(told, rel=1e-12)
 
 
 def test_trial_worker_sigkill_is_retried_and_the_study_completes(data_root, tmp_path):
