@@ -72,8 +72,14 @@ def study_ui(study_dir: Path) -> Iterator[str]:
         assert process.returncode == 0 and "stopped" in out, out
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+            # SIGINT lets `k3scale ui` stop the MLflow server it started; a SIGKILL alone left
+            # that server running after a failed check.
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
 
 
 def tag_cell(page, run_id: str, tag: str):
