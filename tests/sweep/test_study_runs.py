@@ -201,6 +201,20 @@ def test_driver_killed_after_its_last_trial_then_rerun_finishes_the_job(data_roo
         told = sorted(value for (value,) in conn.execute("SELECT value FROM trial_values"))
     tables = pl.read_parquet(study_dir / "tables" / "runs.parquet")
     assert sorted(tables["final_val_ood_loss"].to_list()) == pytest.approx(told, rel=1e-12)
+    # The fit and the study's report work from the rerun's folder (issue 23: they had failed).
+    fit = ["fit", "k2_vs_k3", "--from", str(study_dir / "tables"), "--bootstrap", "50"]
+    fit += ["--out", str(study_dir / "fit.json")]
+    report = ["study", "report", str(K2_VS_K3), "--preset", "smoke", "--study-dir", str(study_dir)]
+    for command in (fit, report):
+        done = subprocess.run(
+            [sys.executable, "-m", "k3scale.cli", *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "compute multiplier (c_6n)" in done.stdout, done.stdout[-2000:]
 
 
 def test_trial_worker_sigkill_is_retried_and_the_study_completes(data_root, tmp_path):
