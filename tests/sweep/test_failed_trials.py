@@ -8,17 +8,13 @@ declaration itself is valid), so every trial fails the way a crashing run does.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.sweep.test_study_runs import data_root  # noqa: F401  (fixture)
+from tests.sweep.test_study_runs import data_root, k3scale_cli  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
-ROOT = Path(__file__).resolve().parents[2]
 FAILING_STUDY = """
 from k3scale.sweep.declaration import SearchSpace, Study, StudyPreset
 
@@ -40,16 +36,9 @@ def test_failed_trials_make_study_run_exit_1_with_their_count(data_root, tmp_pat
     study = tmp_path / "failing.py"
     study.write_text(FAILING_STUDY)
     study_dir = tmp_path / "study"
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "k3scale.cli", "study", "run", str(study)),
-            *("--preset", "smoke", "--study-dir", str(study_dir)),
-            *("--data-root", str(data_root), "--dataset", "sample"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    done = k3scale_cli(
+        *("study", "run", str(study), "--preset", "smoke", "--study-dir", str(study_dir)),
+        *("--data-root", str(data_root), "--dataset", "sample"),
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "k3scale study run: 2 of 2 trials failed" in done.stderr, done.stderr[-3000:]
