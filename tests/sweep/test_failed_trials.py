@@ -39,6 +39,7 @@ def test_failed_trials_make_study_run_exit_1_with_their_count(data_root, tmp_pat
     done = k3scale_cli(
         *("study", "run", str(study), "--preset", "smoke", "--study-dir", str(study_dir)),
         *("--data-root", str(data_root), "--dataset", "sample"),
+        timeout=600,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "k3scale study run: 2 of 2 trials failed" in done.stderr, done.stderr[-3000:]

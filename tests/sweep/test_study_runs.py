@@ -24,6 +24,7 @@ import pytest
 
 from k3scale.data.sample import prepare_sample
 from k3scale.track import schema
+from tests.test_cli_habits import k3scale as k3scale_cli
 
 pytestmark = pytest.mark.slow
 
@@ -97,17 +98,6 @@ def run_to_end(study: Path, study_dir: Path, data_root: Path, timeout: float = 9
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
-
-
-def k3scale_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m k3scale.cli ARGS` from the repository root, its output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "k3scale.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def optuna_counts(study_dir: Path) -> Counter:
@@ -217,7 +207,7 @@ def test_driver_killed_after_its_last_trial_then_rerun_finishes_the_job(data_roo
     fit += ["--out", str(study_dir / "fit.json")]
     report = ["study", "report", str(K2_VS_K3), "--preset", "smoke", "--study-dir", str(study_dir)]
     for command in (fit, report):
-        done = k3scale_cli(*command)
+        done = k3scale_cli(*command, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "compute multiplier (c_6n)" in done.stdout, done.stdout[-2000:]
 
