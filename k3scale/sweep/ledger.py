@@ -50,6 +50,12 @@ def _is_outage(exc: Exception) -> bool:
     )
 
 
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, cut to `limit` characters ("" if none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else ""
+
+
 def retrying(call: Callable[[], T], log: Callable[[str], None] = print) -> T:
     """`call()`, retried with backoff while the storage is unreachable, up to `OUTAGE_S`."""
     deadline = time.monotonic() + OUTAGE_S
@@ -60,9 +66,9 @@ def retrying(call: Callable[[], T], log: Callable[[str], None] = print) -> T:
         except (OperationalError, DBAPIError, StorageInternalError) as exc:
             if not _is_outage(exc) or time.monotonic() + pause > deadline:
                 raise
-            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
             log(
-                f"study storage unreachable ({type(exc).__name__}: {first}); retrying in {pause:g} s"
+                f"study storage unreachable ({type(exc).__name__}: {first_line(exc)}); "
+                f"retrying in {pause:g} s"
             )
             time.sleep(pause)
             pause = min(2 * pause, MAX_PAUSE_S)

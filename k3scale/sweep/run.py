@@ -321,6 +321,7 @@ def _wrap_up(tracking: TrackingService, experiment: str, folder: Path, log) -> s
     fail in its last minute (issue 22: a replay had set this process's MLflow client to one
     retry, and the export then met PostgreSQL restarting).
     """
+    from k3scale.sweep.ledger import first_line
     from k3scale.track.sending import is_outage
 
     deadline = time.monotonic() + WRAP_UP_OUTAGE_S
@@ -334,10 +335,9 @@ def _wrap_up(tracking: TrackingService, experiment: str, folder: Path, log) -> s
         except Exception as exc:
             if not is_outage(exc) or time.monotonic() + WRAP_UP_PAUSE_S > deadline:
                 raise
-            said = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
             log(
                 f"MLflow stopped answering while the study was wrapped up ({type(exc).__name__}: "
-                f"{said}); trying again in {WRAP_UP_PAUSE_S:g} s"
+                f"{first_line(exc)}); trying again in {WRAP_UP_PAUSE_S:g} s"
             )
             time.sleep(WRAP_UP_PAUSE_S)
 
