@@ -29,6 +29,18 @@ V2_PILOT_CENTERS = {
 }
 
 
+CPU_V2 = presets.cpu_v2(
+    sizes(ladders.SMALL_VOCAB), schedules=("wsd",), grid_points=4, size_centers=V2_PILOT_CENTERS
+)
+
+# The sensitivity check of cpu_v2's fixed batch of 7 (issue 20): its cell k3-s1 at 20 tokens per
+# parameter, tuned on the same LR grid at batches of 4, 7 and 12 (analysis/README.md compares
+# their optima).
+BATCH_CHECK = {
+    f"cpu_v2_b{batch}": presets.cpu_v2_batch_check(CPU_V2, "k3", "k3-s1", batch)
+    for batch in (4, 7, 12)
+}
+
 STUDY = Study(
     name="k2_vs_k3",
     archs=("k2", "k3"),
@@ -41,12 +53,8 @@ STUDY = Study(
         "smoke": presets.smoke(sizes(ladders.SMOKE)),
         "demo": presets.demo(sizes(ladders.DEMO)),
         "cpu": presets.cpu(sizes(ladders.CPU)),
-        "cpu_v2": presets.cpu_v2(
-            sizes(ladders.SMALL_VOCAB),
-            schedules=("wsd",),
-            grid_points=4,
-            size_centers=V2_PILOT_CENTERS,
-        ),
+        "cpu_v2": CPU_V2,
+        **BATCH_CHECK,
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

@@ -5,11 +5,13 @@ A generated block sits between two comments; the first names its source:
     <!-- generated: k3scale study report ... --markdown -->   (a k3scale command's output)
     <!-- generated: calibration analysis/results/calibration/cpu.json -->   (a calibration JSON)
     <!-- generated: committed studies -->   (runs.parquet and study.json of each results folder)
+    <!-- generated: batch check analysis/results/batch_check 7 -->   (its folders, batch 7 the reference)
     ...
     <!-- end generated -->
 
-Usage: .venv/bin/python scripts/analysis_readme.py [--check]. With --check it exits 1 when a
-block differs from what its source makes now (tests/analysis runs the same check).
+Usage: .venv/bin/python scripts/analysis_readme.py [--check] [--figures]. With --check it exits 1
+when a block differs from what its source makes now (tests/analysis runs the same check);
+--figures also writes the batch check's figure, `loss_vs_lr.png` in its folder (needs Chromium).
 """
 
 from __future__ import annotations
@@ -35,22 +37,42 @@ def committed_studies() -> str:
         "| folder | preset | runs by arm | code commits | sweep wall time |",
         "| --- | --- | --- | ---: | ---: |",
     ]
-    for folder in sorted((ROOT / "analysis" / "results").glob("*/runs.parquet")):
+    results = ROOT / "analysis" / "results"
+    for folder in sorted(results.rglob("runs.parquet")):
         runs = pl.read_parquet(folder)
         record = json.loads((folder.parent / "study.json").read_text())
         arms = runs["arm"].fill_null("tuned").value_counts().sort("arm").rows()
         by_arm = ", ".join(f"{n} {arm}" for arm, n in arms)
         rows.append(
-            f"| `results/{folder.parent.name}` | {record['preset']} | {runs.height} ({by_arm}) | "
+            f"| `results/{folder.parent.relative_to(results)}` | {record['preset']} | {runs.height} ({by_arm}) | "
             f"{runs['git_sha'].n_unique()} | {record['sweep_s'] / 60:.1f} min |"
         )
     return "\n".join(rows) + "\n"
+
+
+def batch_check(folder: str, reference: str) -> dict:
+    """compare_batches over every study folder under `folder` (one cell, one batch each)."""
+    from k3scale.scaling.batch_check import compare_batches
+    from k3scale.scaling.study import StudyOptions
+
+    return compare_batches(check_runs(folder), int(reference), StudyOptions(num_resamples=4000))
+
+
+def check_runs(folder: str):
+    import polars as pl
+
+    tables = sorted((ROOT / folder).glob("*/runs.parquet"))
+    return pl.concat([pl.read_parquet(t) for t in tables], how="diagonal_relaxed")
 
 
 def render(source: str) -> str:
     """The Markdown a block's source makes now (paths relative to the repository root)."""
     if source == "committed studies":
         return committed_studies()
+    if source.startswith("batch check "):
+        from k3scale.scaling.batch_check import markdown
+
+        return markdown(batch_check(*source.removeprefix("batch check ").split()))
     if source.startswith("calibration "):
         from k3scale.bench.calibrate import markdown
 
@@ -82,7 +104,23 @@ def main(argv: list[str]) -> int:
         return 0
     README.write_text(new)
     print(f"updated {len(BLOCK.findall(text))} generated blocks in {README}")
+    if "--figures" in argv:
+        write_figures(text)
     return 0
+
+
+def write_figures(text: str) -> None:
+    """The figure of each batch check block, beside its runs."""
+    from k3scale.viz.batch_check import batch_check_panel
+    from k3scale.viz.export_png import export_pngs
+
+    for source in BLOCK.findall(text):
+        if source[1].startswith("batch check "):
+            folder, reference = source[1].removeprefix("batch check ").split()
+            panel = batch_check_panel(check_runs(folder), batch_check(folder, reference))
+            (path,) = export_pngs([panel], ROOT / folder)
+            path.rename(path.with_name("loss_vs_lr.png"))
+            print(f"wrote {path.with_name('loss_vs_lr.png')}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ search space, trials, sequence length, evaluation, hardware) is shared here so b
 studies run at the same scale.
 """
 
+import dataclasses
+
 from k3scale.sweep.declaration import LRGrid, StudyPreset
+from k3scale.sweep.planner import warmup_tokens
 from sweeps import spaces
 
 
@@ -118,6 +121,24 @@ def cpu_v2(
         warmup_fraction=0.1,
         schedules=schedules,
     )
+
+
+def cpu_v2_batch_check(v2: StudyPreset, arch: str, size: str, batch_size: int) -> StudyPreset:
+    """One cell of a cpu_v2 design at another fixed batch: the sensitivity check of its batch
+    rule (issue 20). The cell is `size` at 20 tokens per active parameter, the larger budget (a
+    batch of 12 gives 97 steps at 10 at k3-s1, under the 150-step floor); warmup is `v2`'s, in
+    tokens, and the LR grid, seeds and data are `v2`'s. Budgets round to whole steps of each
+    batch (k3-s1: 598,016 tokens at batch 4, 598,528 at 7, 599,040 at 12; 0.09% apart).
+    """
+    check = dataclasses.replace(
+        v2,
+        sizes={name: (size,) if name == arch else () for name in v2.sizes},
+        budgets_per_param=(20.0,),
+        lr_grid=dataclasses.replace(v2.lr_grid, batch_size=batch_size),
+        micro_batch_size=batch_size,
+    )
+    (budget,) = check.budgets_for(size)
+    return dataclasses.replace(check, warmup_fraction=warmup_tokens(v2, size) / budget)
 
 
 def gpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:

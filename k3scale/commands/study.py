@@ -189,14 +189,12 @@ def _lr_grid(preset) -> str:
 
     grid = preset.lr_grid
     low, high = preset.lr_span()
-    centres = {grid.for_size(s).center for ladder in preset.sizes.values() for s in ladder}
-    if len(centres) == 1:
-        points = f"peak lr {_lrs(grid_lrs(grid.for_size(next(iter(preset.sizes.values()))[0])))}"
+    sizes = [size for ladder in preset.sizes.values() for size in ladder]
+    if len({grid.for_size(size).center for size in sizes}) == 1:
+        points = f"peak lr {_lrs(grid_lrs(grid.for_size(sizes[0])))}"
     else:
         points = "; ".join(
-            f"{size} peak lr {_lrs(grid_lrs(grid.for_size(size)))}"
-            for ladder in preset.sizes.values()
-            for size in ladder
+            f"{size} peak lr {_lrs(grid_lrs(grid.for_size(size)))}" for size in sizes
         )
     return (
         f"lr grid: {points} ({grid.points} points, x{grid.ratio:g} apart), batch size "

@@ -67,3 +67,22 @@ def test_budgets_per_param_must_be_positive():
     assert math.isclose(
         preset.budgets_for("k2-s3")[1] / preset.budgets_for("k2-s3")[0], 2, rel_tol=0.01
     )
+
+
+@pytest.mark.parametrize("batch", [4, 7, 12])
+def test_the_batch_check_presets_change_only_the_batch_of_one_cpu_v2_cell(batch):
+    # Issue 20's sensitivity check of the fixed batch: cpu_v2's k3-s1 at 20 tokens per parameter,
+    # the same warmup tokens, LR grid and seeds, >= 150 steps; budgets within 0.1% of cpu_v2's.
+    study = load_study(K2_VS_K3)
+    v2, check = study.preset("cpu_v2"), study.preset(f"cpu_v2_b{batch}")
+    (cell,) = plan_cells(study, check)
+    assert (cell.arch, cell.size, cell.schedule) == ("k3", "k3-s1", "wsd")
+    assert math.isclose(cell.budget_tokens, v2.budgets_for("k3-s1")[1], rel_tol=1e-3)
+    assert cell.budget_tokens // (batch * check.seq_len) >= 150
+    assert warmup_tokens(check, "k3-s1") == warmup_tokens(v2, "k3-s1")
+    grid = dataclasses.replace(check.lr_grid, batch_size=v2.lr_grid.batch_size)
+    assert grid.for_size("k3-s1") == v2.lr_grid.for_size("k3-s1")
+    assert (check.seeds, check.dataset, check.seq_len) == (v2.seeds, v2.dataset, v2.seq_len)
+    assert check.lr_grid.batch_size == check.micro_batch_size == batch
+    if batch == 7:
+        assert cell.budget_tokens == v2.budgets_for("k3-s1")[1]

@@ -1,0 +1,190 @@
+"""The sensitivity check of a fixed batch size (issue 20): one cell tuned on the same LR grid at
+several batch sizes, each batch's optimum set against the reference batch's.
+
+What the fixed-batch rule costs is what another batch would have gained. Per batch:
+- its fitted optimum (the study's cell estimator, methods.md 4.7: a quadratic in log LR, draws
+  from its sampling distribution under the noise pooled over the check's runs), and the
+  difference from the reference batch's with a 95% interval from the two cells' draws;
+- the mean of the re-runs at its best grid LR (seeds 1, 2: independent of the selection that
+  chose that LR, so without a winner's curse), and its difference from the reference batch's
+  with a t interval under the pooled noise: what the runs say without a quadratic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from scipy.stats import t as t_dist
+
+from k3scale.errors import K3ScaleError
+from k3scale.scaling.study import SEED, StudyOptions, cell_estimates, usable_runs
+
+LEVEL = 0.95
+
+
+def compare_batches(runs: pl.DataFrame, reference_batch: int, opts: StudyOptions) -> dict:
+    """`{"reference_batch", "loss", "noise", "git_shas", "batches": [...], "largest_gain"}`,
+    one entry of `batches` per batch size (sequences per step), ascending."""
+    kept, _ = usable_runs(runs, opts)
+    if kept["size"].n_unique() != 1 or kept["schedule"].n_unique() != 1:
+        raise K3ScaleError(
+            "batch check: the runs must hold one model size under one schedule (found sizes "
+            f"{sorted(kept['size'].unique().to_list())}, schedules "
+            f"{sorted(kept['schedule'].unique().to_list())})"
+        )
+    batches = sorted(kept["batch_size"].unique().to_list())
+    if reference_batch not in batches:
+        raise K3ScaleError(f"batch check: no runs at the reference batch {reference_batch}")
+    # One cell per batch: the batch takes the schedule's place in the cell key (budgets rounded
+    # to whole steps of two batches may coincide).
+    cells = kept.with_columns(pl.format("batch {}", "batch_size").alias("schedule"))
+    estimates, noise = cell_estimates(cells, opts)
+    rows, draws = {}, {}
+    for estimate in estimates:
+        batch = int(estimate.cell["schedule"].removeprefix("batch "))
+        rows[batch] = _batch_row(estimate, cells, batch, opts.loss)
+        draws[batch] = estimate.optimum.draws
+    reference = rows[reference_batch]
+    for batch, row in rows.items():
+        point = row["optimum_loss"] - reference["optimum_loss"]
+        row["optimum_minus_reference"] = _draw_difference(
+            point, draws[batch], draws[reference_batch]
+        )
+        row["rerun_mean_minus_reference"] = _mean_difference(row, reference, noise)
+    return {
+        "reference_batch": reference_batch,
+        "loss": opts.loss,
+        "noise": noise.to_dict(),
+        "git_shas": sorted(kept["git_sha"].drop_nulls().unique().to_list()),
+        "batches": [rows[b] for b in sorted(rows)],
+        "largest_gain": _largest_gain([rows[b] for b in sorted(rows) if b != reference_batch]),
+    }
+
+
+def _batch_row(estimate, kept: pl.DataFrame, batch: int, loss: str) -> dict:
+    budget = estimate.cell["budget_tokens"]
+    cell = kept.filter(pl.col("batch_size") == batch)
+    opt = estimate.optimum
+    reruns = cell.filter(pl.col("arm") == SEED)[loss].to_list()
+    return {
+        "batch_size": batch,
+        "size": estimate.cell["size"],
+        "budget_tokens": budget,
+        "steps": budget // int(cell["batch_tokens"][0]),
+        "lrs": sorted(cell.filter(pl.col("arm") != SEED)["lr"].unique().to_list()),
+        "best_trial": estimate.best_trial,
+        "reruns": reruns,
+        "rerun_mean": float(np.mean(reruns)) if reruns else None,
+        "optimum_lr": opt.lr,
+        "optimum_loss": opt.loss,
+        "optimum_interval": opt.interval(LEVEL),
+        # L = c + b ln(lr) + a ln(lr)^2, for the figure.
+        "fit_coef": opt.quad.coef.tolist()
+        if opt.quad is not None and opt.quad.mode == "1d"
+        else None,
+        "verdict": opt.verdict,
+    }
+
+
+def _draw_difference(point: float, draws: np.ndarray | None, ref: np.ndarray | None) -> dict:
+    if draws is None or ref is None:
+        return {"value": point, "interval": None}
+    tail = 50 * (1 - LEVEL)
+    return {"value": point, "interval": np.percentile(draws - ref, [tail, 100 - tail]).tolist()}
+
+
+def _mean_difference(row: dict, reference: dict, noise) -> dict:
+    n, m = len(row["reruns"]), len(reference["reruns"])
+    if not n or not m or noise.sd is None:
+        return {"value": None, "interval": None}
+    value = row["rerun_mean"] - reference["rerun_mean"]
+    half = t_dist.ppf(0.5 + LEVEL / 2, noise.df) * noise.sd * np.sqrt(1 / n + 1 / m)
+    return {"value": value, "interval": [value - half, value + half]}
+
+
+def _largest_gain(others: list[dict]) -> dict:
+    """The most another batch could have lowered the loss (95%): the largest negative lower end
+    of a difference interval, or 0 when every interval stays above zero."""
+    gain, by = 0.0, None
+    for row in others:
+        interval = row["optimum_minus_reference"]["interval"]
+        if interval is not None and -interval[0] > gain:
+            gain, by = -interval[0], row["batch_size"]
+    return {"nats": gain, "batch_size": by}
+
+
+def markdown(result: dict) -> str:
+    """The check as a Markdown table and the sentences that read it (analysis/README.md)."""
+    ref = result["reference_batch"]
+    lines = [
+        f"| batch | steps | LRs tried | best grid LR | its loss | re-run mean (seeds 1, 2) | "
+        f"fitted optimum LR | fitted optimum loss [95%] | minus batch {ref} [95%] | "
+        f"re-run mean minus batch {ref} [95%] |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
+    ]
+    for row in result["batches"]:
+        verdict = "" if row["verdict"] == "identified" else f" ({row['verdict']})"
+        lines.append(
+            f"| {row['batch_size']} | {row['steps']} | "
+            f"{', '.join(f'{lr:.3g}' for lr in row['lrs'])} | {row['best_trial']['lr']:.3g} | "
+            f"{row['best_trial']['loss']:.4f} | {_number(row['rerun_mean'])} | "
+            f"{row['optimum_lr']:.3g} | {_with_interval(row['optimum_loss'], row['optimum_interval'])}"
+            f"{verdict} | {_difference(row['optimum_minus_reference'], row['batch_size'] == ref)} | "
+            f"{_difference(row['rerun_mean_minus_reference'], row['batch_size'] == ref)} |"
+        )
+    noise = result["noise"]
+    lines += [
+        "",
+        f"Run noise: sd {_number(noise['sd'])} nats on {noise['df']} degrees of freedom "
+        f"({noise['method']}). Loss: `{result['loss']}`. Code: "
+        f"{', '.join(sha[:12] for sha in result['git_shas'])}.",
+        "",
+        verdict_sentence(result),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def verdict_sentence(result: dict) -> str:
+    ref = result["reference_batch"]
+    better = [
+        row
+        for row in result["batches"]
+        if row["optimum_minus_reference"]["interval"] is not None
+        and row["optimum_minus_reference"]["interval"][1] < 0
+    ]
+    gain = result["largest_gain"]
+    if better:
+        row = min(better, key=lambda r: r["optimum_minus_reference"]["value"])
+        diff = row["optimum_minus_reference"]
+        return (
+            f"Batch {row['batch_size']} beats batch {ref} beyond the noise: its fitted optimum is "
+            f"{-diff['value']:.3f} nats lower ({_interval(diff['interval'])}); fixing the batch "
+            f"at {ref} costs that much at this cell."
+        )
+    if gain["batch_size"] is None:
+        return f"No batch tried has a fitted optimum below batch {ref}'s at any level of the noise."
+    return (
+        f"No batch tried beats batch {ref} beyond the noise. At the 95% level, fixing the batch at "
+        f"{ref} costs at most {gain['nats']:.3f} nats at this cell (the lower end of batch "
+        f"{gain['batch_size']}'s difference)."
+    )
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _interval(interval: list[float] | None) -> str:
+    return "no interval" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"
+
+
+def _with_interval(value: float, interval: list[float] | None) -> str:
+    return f"{value:.4f}" + ("" if interval is None else f" [{interval[0]:.4f}, {interval[1]:.4f}]")
+
+
+def _difference(diff: dict, is_reference: bool) -> str:
+    if is_reference:
+        return "(reference)"
+    if diff["value"] is None:
+        return "-"
+    return f"{diff['value']:+.4f} {_interval(diff['interval'])}"
