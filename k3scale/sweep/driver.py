@@ -81,13 +81,17 @@ class _Counters:
     """Per finished task, `task_timing`: where its slot's time went."""
 
 
+# Phases of a run's time (RunResult.time_s); steps are the training, the rest its fixed cost.
+RUN_PHASES = ("setup", "steps", "eval", "track", "checkpoint")
+
+
 def task_timing(output: dict, slot_s: float) -> dict[str, float]:
     """Where one task's slot time went: `slot_s` from launch to the driver seeing the result
     (worker start, transfers and the driver's own turn included), the worker's `busy_s` (imports
     included) and `import_s`, and per phase summed over the task's runs (`RunResult.time_s`).
     `overhead_s` = slot time minus training-step time: the trial's fixed cost."""
     runs = [r.get("time_s") or {} for r in output["results"].values()]
-    phases = {f"{k}_s": sum(r.get(k, 0.0) for r in runs) for k in ("setup", "steps", "eval")}
+    phases = {f"{k}_s": sum(r.get(k, 0.0) for r in runs) for k in RUN_PHASES}
     return {
         "slot_s": slot_s,
         "busy_s": float(output["busy_s"]),

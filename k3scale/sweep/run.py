@@ -174,17 +174,20 @@ def run_study(
 
 def overhead_summary(timings: list[dict[str, float]]) -> dict:
     """Medians over finished tasks: `fixed_overhead_s_per_trial` (slot time minus step time) and
-    each phase of it (`overhead_by_phase_s`: imports, run setup, evaluation, and the rest: worker
-    start, transfers, checkpoints, MLflow calls, the driver's turn)."""
+    each phase of it (`overhead_by_phase_s`: imports, run setup, evaluation, MLflow calls during
+    and after the steps, checkpoints, and the rest: worker start, transfers, the driver's turn)."""
     if not timings:
         return {}
-    rest = [t["overhead_s"] - t["import_s"] - t["setup_s"] - t["eval_s"] for t in timings]
-    phases = {
-        "imports": statistics.median(t["import_s"] for t in timings),
-        "run_setup": statistics.median(t["setup_s"] for t in timings),
-        "evaluation": statistics.median(t["eval_s"] for t in timings),
-        "other": statistics.median(rest),
+    named = {
+        "imports": "import_s",
+        "run_setup": "setup_s",
+        "evaluation": "eval_s",
+        "tracking": "track_s",
+        "checkpoints": "checkpoint_s",
     }
+    rest = [t["overhead_s"] - sum(t.get(k, 0.0) for k in named.values()) for t in timings]
+    phases = {name: statistics.median(t.get(k, 0.0) for t in timings) for name, k in named.items()}
+    phases["other"] = statistics.median(rest)
     overheads = [t["overhead_s"] for t in timings]
     return {
         "fixed_overhead_s_per_trial": round(statistics.median(overheads), 3),

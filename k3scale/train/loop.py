@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ class RunResult:
     """Folder with the checkpoints and the JSONL replica."""
     time_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of this call by phase: `setup` (data, model, tracker, peak probe), `steps`,
-    `eval`, `total`. Process-local, not logged; the sweep reads it for its overhead figures."""
+    `eval`, `track` (MLflow calls after setup), `checkpoint` (saves), `total`. Process-local, not logged; the sweep reads it for its overhead figures."""
 
 
 @dataclass(kw_only=True)
@@ -183,6 +184,8 @@ def train(
     autocast = cfg.train.precision == "bf16"
     peak = matmul_peak_flops(torch.bfloat16 if autocast else torch.float32, device=device)
     busy_s, busy_tokens, eval_s = 0.0, 0, 0.0
+    # Time outside the steps, by cause (issue 19: a trial's fixed cost): MLflow calls, checkpoints.
+    costs = {"track": 0.0, "checkpoint": 0.0}
     setup_s = time.perf_counter() - call_started
     status = schema.STATUS_FINISHED
     last_step = (
@@ -225,10 +228,12 @@ def train(
             eval_s += time.perf_counter() - eval_started
             metrics.update(state.last_eval)
         if tracker:
-            tracker.log_metrics(state.step, metrics)
-            if state.step % cfg.train.log_interval_steps == 0:
-                tracker.flush()
-        _save_periodic(cfg, plan, model, optimizer, state, out_dir, tokens, rank)
+            with _timed(costs, "track"):
+                tracker.log_metrics(state.step, metrics)
+                if state.step % cfg.train.log_interval_steps == 0:
+                    tracker.flush()
+        with _timed(costs, "checkpoint"):
+            _save_periodic(cfg, plan, model, optimizer, state, out_dir, tokens, rank)
         if progress:
             progress.update(1)
             progress.set_postfix(loss=f"{loss:.3f}")
@@ -240,13 +245,15 @@ def train(
 
     def time_s() -> dict[str, float]:
         total = time.perf_counter() - call_started
-        return {"setup": setup_s, "steps": busy_s, "eval": eval_s, "total": total}
+        return {"setup": setup_s, "steps": busy_s, "eval": eval_s, **costs, "total": total}
 
     if state.step < plan.total_steps and status == schema.STATUS_FINISHED:
         # Stopped early on purpose: the checkpoint is the resume point; the run stays open.
-        _save(out_dir / LATEST, model, optimizer, state, rank)
+        with _timed(costs, "checkpoint"):
+            _save(out_dir / LATEST, model, optimizer, state, rank)
         if tracker:
-            tracker.close()
+            with _timed(costs, "track"):
+                tracker.close()
         return _result(
             cfg, state, out_dir, tokens_per_s, utilisation, status="stopped", time_s=time_s()
         )
@@ -269,6 +276,7 @@ def train(
         schema.FINAL_PREFIX + "mfu": utilisation,
     }
     if tracker:
+        track_started = time.perf_counter()
         tracker.log_metrics(state.step, final)
         # MLflow has no summary metric type; its UI (3.17, RunsChartsCardConfig) draws a metric
         # whose latest step is 0 as a bar per run, and one at a step >= 1 as a line chart (one
@@ -276,7 +284,9 @@ def train(
         # tables read those keys).
         tracker.log_metrics(SUMMARY_STEP, {k: v for k, v in state.final.items() if k != "status"})
         tracker.finish(status)
-    _save(out_dir / LATEST, model, optimizer, state, rank)
+        costs["track"] += time.perf_counter() - track_started
+    with _timed(costs, "checkpoint"):
+        _save(out_dir / LATEST, model, optimizer, state, rank)
     return _result(cfg, state, out_dir, tokens_per_s, utilisation, time_s=time_s())
 
 
@@ -346,6 +356,16 @@ def _evaluate(
         schema.METRIC_VAL_ID_LOSS: mean_loss(model, evals["val_id"], micro, autocast, device),
         schema.METRIC_VAL_OOD_LOSS: mean_loss(model, evals["val_ood"], micro, autocast, device),
     }
+
+
+@contextmanager
+def _timed(costs: dict[str, float], name: str):
+    """Adds the block's wall seconds to `costs[name]`."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        costs[name] += time.perf_counter() - started
 
 
 def _save_periodic(

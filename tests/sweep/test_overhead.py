@@ -42,5 +42,15 @@ def test_summary_takes_medians_and_splits_the_rest():
     assert summary["fixed_overhead_s_max"] == pytest.approx(10.0)
     phases = summary["overhead_by_phase_s"]
     assert phases["imports"] == 0.5 and phases["run_setup"] == 0.2 and phases["evaluation"] == 0.3
+    assert phases["tracking"] == phases["checkpoints"] == 0.0
     assert phases["other"] == pytest.approx(1.5 - 0.5 - 0.2 - 0.3)
     assert overhead_summary([]) == {}
+
+
+def test_mlflow_calls_and_checkpoints_are_their_own_phases():
+    run = {"setup": 0.2, "steps": 2.0, "eval": 0.3, "track": 0.4, "checkpoint": 0.1}
+    summary = overhead_summary([task_timing(worker_output(4.0, [run, run]), slot_s=6.0)])
+    phases = summary["overhead_by_phase_s"]
+    assert phases["tracking"] == pytest.approx(0.8) and phases["checkpoints"] == pytest.approx(0.2)
+    assert summary["fixed_overhead_s_per_trial"] == pytest.approx(2.0)
+    assert phases["other"] == pytest.approx(2.0 - 0.5 - 0.4 - 0.6 - 0.8 - 0.2)

@@ -312,3 +312,13 @@ def test_a_study_run_logs_its_paths_relative_to_the_study_folder(sample_root, tm
     assert params["train.out_dir"] == "runs/cell/t000"
     assert params["data.root"] == os.path.relpath(sample_root, study_dir)
     assert "track.paths_relative_to" not in params
+
+
+def test_a_tracked_run_times_its_mlflow_calls_and_checkpoints(tracked):
+    # Issue 19's fixed-cost breakdown: each cause outside the steps is timed on its own, and the
+    # phases never add up to more than the call's wall time.
+    _, result, _, log_batch_calls = tracked
+    phases = result.time_s
+    assert log_batch_calls > 0 and phases["track"] > 0 and phases["checkpoint"] > 0
+    parts = ("setup", "steps", "eval", "track", "checkpoint")
+    assert sum(phases[k] for k in parts) <= phases["total"]
