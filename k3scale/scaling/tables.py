@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -232,8 +233,10 @@ def write_tables(runs: pl.DataFrame, curves: pl.DataFrame, out_dir: Path) -> tup
 
 def write_table_batches(batches: Iterable[list[RunData]], out_dir: Path) -> tuple[int, int]:
     """`write_tables(*build_tables(runs))` for runs that arrive in batches in run_id order,
-    holding one batch's curves at a time (curves.parquet gets one row group per batch); the
-    files are the same tables. Returns (runs, curve points) written.
+    holding one batch at a time: each batch's curves and run rows are written as they come
+    (one row group per batch in each file), and the run rows of earlier batches are widened to
+    every param column seen when the batches end. The files hold the same tables. Returns (runs,
+    curve points) written.
 
     Raises:
         K3ScaleError: the batches are not in run_id order (the curves would not be sorted).
@@ -242,26 +245,62 @@ def write_table_batches(batches: Iterable[list[RunData]], out_dir: Path) -> tupl
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    points = 0
-    partial = out_dir / (CURVES_FILE + ".partial")
-    arrow_schema = pl.DataFrame(schema=CURVE_SCHEMA).to_arrow().schema
+    parts = out_dir / (RUNS_FILE + ".parts")
+    runs_partial, curves_partial = (
+        out_dir / (name + ".partial") for name in (RUNS_FILE, CURVES_FILE)
+    )
+    last_id, count, points, params = None, 0, 0, set()
+    curve_schema = pl.DataFrame(schema=CURVE_SCHEMA).to_arrow().schema
     try:
-        with pq.ParquetWriter(partial, arrow_schema) as writer:
+        parts.mkdir(exist_ok=True)
+        with pq.ParquetWriter(curves_partial, curve_schema) as writer:
             for batch in batches:
                 ordered = sorted(batch, key=lambda r: r.run_id)
-                if ordered and rows and ordered[0].run_id <= rows[-1]["run_id"]:
+                if not ordered:
+                    continue
+                if last_id is not None and ordered[0].run_id <= last_id:
                     raise K3ScaleError("write tables: run batches must come in run_id order")
-                rows += [run_row(r) for r in ordered]
+                frame = _runs_frame([run_row(r) for r in ordered])
+                params.update(c for c in frame.columns if c.startswith(PARAM_PREFIX))
+                frame.write_parquet(parts / f"{count:012d}.parquet")
                 curves = _curves_frame(ordered)
                 writer.write_table(curves.to_arrow())
-                points += curves.height
+                last_id, count, points = (
+                    ordered[-1].run_id,
+                    count + len(ordered),
+                    points + curves.height,
+                )
+        _join_run_parts(sorted(parts.glob("*.parquet")), params, runs_partial)
     except BaseException:
-        partial.unlink(missing_ok=True)  # the tables already there stay as they were
+        # The tables already there stay as they were.
+        runs_partial.unlink(missing_ok=True)
+        curves_partial.unlink(missing_ok=True)
         raise
-    _runs_frame(rows).write_parquet(out_dir / RUNS_FILE)
-    partial.replace(out_dir / CURVES_FILE)
-    return len(rows), points
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+    runs_partial.replace(out_dir / RUNS_FILE)
+    curves_partial.replace(out_dir / CURVES_FILE)
+    return count, points
+
+
+def _join_run_parts(parts: list[Path], params: set[str], out: Path) -> None:
+    """One run table from per-batch parts, each widened to every param column (null where a
+    batch's runs lack one), read and written one part at a time."""
+    import pyarrow.parquet as pq
+
+    full_schema = {**RUN_SCHEMA, **dict.fromkeys(sorted(params), pl.String)}
+    if not parts:
+        _runs_frame([]).write_parquet(out)
+        return
+    with pq.ParquetWriter(out, pl.DataFrame(schema=full_schema).to_arrow().schema) as writer:
+        for part in parts:
+            frame = pl.read_parquet(part)
+            missing = [
+                pl.lit(None, dtype).alias(c)
+                for c, dtype in full_schema.items()
+                if c not in frame.columns
+            ]
+            writer.write_table(frame.with_columns(missing).select(list(full_schema)).to_arrow())
 
 
 def load_tables(directory: Path) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from k3scale.scaling.study import SEED
+from k3scale.track import schema
 from k3scale.viz import theme
 from k3scale.viz.panel import Panel
 
@@ -22,6 +23,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
 
 def batch_check_panel(runs: pl.DataFrame, result: dict) -> Panel:
     ref = result["reference_batch"]
+    runs = runs.filter(pl.col("status") == schema.STATUS_FINISHED)
     fig = go.Figure()
     colours = iter(PALETTE)
     for row in result["batches"]:

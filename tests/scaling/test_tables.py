@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import polars as pl
@@ -135,8 +136,27 @@ def test_streamed_export_writes_the_same_tables_one_batch_at_a_time(tmp_path):
     write_tables(*build_tables(runs), tmp_path / "whole")
     streamed, whole = load_tables(tmp_path / "streamed"), load_tables(tmp_path / "whole")
     assert streamed[0].equals(whole[0]) and streamed[1].equals(whole[1])
-    groups = pq.ParquetFile(tmp_path / "streamed" / "curves.parquet").num_row_groups
-    assert groups == -(-len(runs) // 4)
+    for name in ("runs.parquet", "curves.parquet"):
+        groups = pq.ParquetFile(tmp_path / "streamed" / name).num_row_groups
+        assert groups == -(-len(runs) // 4), name
+    assert sorted(p.name for p in (tmp_path / "streamed").iterdir()) == [
+        "curves.parquet",
+        "runs.parquet",
+    ]
+
+
+def test_streamed_run_table_has_every_param_any_batch_has(tmp_path):
+    # A param first seen in a later batch is a column of the whole table, null for earlier runs.
+    runs = sorted(
+        synthetic_runs("widen", archs=("k3",), sizes=("t0", "t1"), budgets=(40_000_000,)),
+        key=lambda r: r.run_id,
+    )
+    runs[-1] = dataclasses.replace(runs[-1], params={**runs[-1].params, "train.extra": "7"})
+    write_table_batches([runs[:2], runs[2:]], tmp_path / "streamed")
+    write_tables(*build_tables(runs), tmp_path / "whole")
+    streamed, whole = load_tables(tmp_path / "streamed"), load_tables(tmp_path / "whole")
+    assert streamed[0].equals(whole[0])
+    assert streamed[0]["param.train.extra"].to_list() == [None] * (len(runs) - 1) + ["7"]
 
 
 def test_streamed_export_refuses_batches_out_of_order_and_keeps_old_tables(tmp_path):
