@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.batch_check import compare_batches
+from k3scale.scaling.batch_check import compare_batches, verdict_sentence
 from k3scale.scaling.study import StudyOptions
 
 SEQ = 256
@@ -88,8 +88,11 @@ def test_a_clearly_better_batch_is_found_and_its_gain_bounded():
     by_batch = {row["batch_size"]: row for row in result["batches"]}
     lo, hi = by_batch[4]["optimum_minus_reference"]["interval"]
     assert hi < 0 < -lo
-    assert result["largest_gain"]["batch_size"] == 4
-    assert result["largest_gain"]["nats"] == pytest.approx(-lo)
+    fitted = result["largest_gain"]["optimum_minus_reference"]
+    assert fitted["batch_size"] == 4 and fitted["nats"] == pytest.approx(-lo)
+    assert "By the fitted optima, batch 4 beats batch 7 beyond the noise" in verdict_sentence(
+        result
+    )
     assert by_batch[7]["optimum_minus_reference"] == {"value": 0.0, "interval": [0.0, 0.0]}
     assert [row["steps"] for row in result["batches"]] == [585, 334, 195]
     # The re-runs' difference: its own t interval around the means' difference.
