@@ -186,6 +186,7 @@ def train(
     busy_s, busy_tokens, eval_s = 0.0, 0, 0.0
     # Time outside the steps, by cause (issue 19: a trial's fixed cost): MLflow calls, checkpoints.
     costs = {"track": 0.0, "checkpoint": 0.0}
+    send_at = 0.0  # monotonic time of the next mid-run metric batch (log_interval_s)
     setup_s = time.perf_counter() - call_started
     status = schema.STATUS_FINISHED
     last_step = (
@@ -230,8 +231,9 @@ def train(
         if tracker:
             with _timed(costs, "track"):
                 tracker.log_metrics(state.step, metrics)
-                if state.step % cfg.train.log_interval_steps == 0:
+                if state.step % cfg.train.log_interval_steps == 0 and time.monotonic() >= send_at:
                     tracker.flush()
+                    send_at = time.monotonic() + cfg.train.log_interval_s
         with _timed(costs, "checkpoint"):
             _save_periodic(cfg, plan, model, optimizer, state, out_dir, tokens, rank)
         if progress:

@@ -60,7 +60,8 @@ FINAL_METRICS = tuple(
 
 
 def _tracked_run(root: Path, out_dir: Path, tracking_uri: str, **train):
-    train = {"log_interval_steps": LOG_INTERVAL_STEPS, **train}
+    # Every LOG_INTERVAL_STEPS steps, whatever the time: what the batching tests count.
+    train = {"log_interval_steps": LOG_INTERVAL_STEPS, "log_interval_s": 0.0, **train}
     cfg = tiny_run("k3", root, out_dir, budget_tokens=BATCH_TOKENS * NUM_STEPS, **train)
     track = dataclasses.replace(
         cfg.track,
@@ -322,3 +323,17 @@ def test_a_tracked_run_times_its_mlflow_calls_and_checkpoints(tracked):
     assert log_batch_calls > 0 and phases["track"] > 0 and phases["checkpoint"] > 0
     parts = ("setup", "steps", "eval", "track", "checkpoint")
     assert sum(phases[k] for k in parts) <= phases["total"]
+
+
+def test_mid_run_batches_wait_for_log_interval_s(mlflow_local_server, sample_root, tmp_path):
+    # Issue 19: a batch costs a replica fsync and a server commit, so a fast run sends at most one
+    # mid-run batch per log_interval_s; every point still arrives (the end sends the rest).
+    cfg = _tracked_run(sample_root, tmp_path, mlflow_local_server.url, log_interval_s=3600.0)
+    calls_before = _log_batch_calls(mlflow_local_server.log_path, wait_s=0)
+    result = train(cfg)
+    calls = _log_batch_calls(mlflow_local_server.log_path, previous=calls_before) - calls_before
+    # The first interval's batch, then the run's end (start and finish as in the count above).
+    assert 0 < calls <= 4, calls
+    client = MlflowClient(mlflow_local_server.url)
+    losses = [v for _, v in _history(client, result.run_id, schema.METRIC_TRAIN_LOSS)]
+    assert losses == list(result.losses)
