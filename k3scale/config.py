@@ -133,8 +133,8 @@ class TrainConfig:
     """Optimizer steps between metric batches sent to the tracker."""
     log_interval_s: float = field(default=5.0, metadata=_NOT_IDENTITY)
     """Least seconds between metric batches sent mid-run (issue 19: each costs a replica fsync
-    and a server commit, 60-90 ms on this machine); 0 sends every `log_interval_steps`. The
-    replica holds every point as it is logged; the end of a run sends what is left."""
+    and a server commit); 0 sends every `log_interval_steps`. The replica holds every point as
+    it is logged; the end of a run sends what is left."""
     checkpoint_interval_tokens: int = 0
     """Tokens between checkpoints; 0 writes only the final one."""
     fork_tokens: tuple[int, ...] = ()
