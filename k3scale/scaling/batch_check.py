@@ -17,6 +17,7 @@ import polars as pl
 from scipy.stats import t as t_dist
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling import verdict
 from k3scale.scaling.study import SEED, StudyOptions, cell_estimates, usable_runs
 
 LEVEL = 0.95
@@ -127,13 +128,13 @@ def markdown(result: dict) -> str:
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for row in result["batches"]:
-        verdict = "" if row["verdict"] == "identified" else f" ({row['verdict']})"
+        why = "" if verdict.is_identified(row["verdict"]) else f" ({row['verdict']})"
         lines.append(
             f"| {row['batch_size']} | {row['steps']} | "
             f"{', '.join(f'{lr:.3g}' for lr in row['lrs'])} | {row['best_trial']['lr']:.3g} | "
             f"{row['best_trial']['loss']:.4f} | {_number(row['rerun_mean'])} | "
             f"{row['optimum_lr']:.3g} | {_with_interval(row['optimum_loss'], row['optimum_interval'])}"
-            f"{verdict} | {_difference(row['optimum_minus_reference'], row['batch_size'] == ref)} | "
+            f"{why} | {_difference(row['optimum_minus_reference'], row['batch_size'] == ref)} | "
             f"{_difference(row['rerun_mean_minus_reference'], row['batch_size'] == ref)} |"
         )
     noise = result["noise"]

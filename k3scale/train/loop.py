@@ -74,7 +74,8 @@ class RunResult:
     """Folder with the checkpoints and the JSONL replica."""
     time_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of this call by phase: `setup` (data, model, tracker, peak probe), `steps`,
-    `eval`, `track` (MLflow calls after setup), `checkpoint` (saves), `total`. Process-local, not logged; the sweep reads it for its overhead figures."""
+    `eval`, `track` (MLflow calls after setup), `checkpoint` (saves), `total`. Process-local,
+    not logged; the sweep reads it for its overhead figures."""
 
 
 @dataclass(kw_only=True)
@@ -278,15 +279,15 @@ def train(
         schema.FINAL_PREFIX + "mfu": utilisation,
     }
     if tracker:
-        track_started = time.perf_counter()
-        tracker.log_metrics(state.step, final)
-        # MLflow has no summary metric type; its UI (3.17, RunsChartsCardConfig) draws a metric
-        # whose latest step is 0 as a bar per run, and one at a step >= 1 as a line chart (one
-        # point here). So final values go at step 0, under their `final/*` names (the run
-        # tables read those keys).
-        tracker.log_metrics(SUMMARY_STEP, {k: v for k, v in state.final.items() if k != "status"})
-        tracker.finish(status)
-        costs["track"] += time.perf_counter() - track_started
+        with _timed(costs, "track"):
+            tracker.log_metrics(state.step, final)
+            # MLflow has no summary metric type; its UI (3.17, RunsChartsCardConfig) draws a
+            # metric whose latest step is 0 as a bar per run, and one at a step >= 1 as a line
+            # chart (one point here). So final values go at step 0, under their `final/*` names
+            # (the run tables read those keys).
+            summary = {k: v for k, v in state.final.items() if k != "status"}
+            tracker.log_metrics(SUMMARY_STEP, summary)
+            tracker.finish(status)
     with _timed(costs, "checkpoint"):
         _save(out_dir / LATEST, model, optimizer, state, rank)
     return _result(cfg, state, out_dir, tokens_per_s, utilisation, time_s=time_s())
