@@ -36,7 +36,7 @@ def run(quick: bool) -> dict:
 
     Returns:
         `{"fixed_overhead_s_per_trial", "fixed_overhead_s_max", "overhead_by_phase_s": {"imports", "run_setup",
-        "evaluation", "other"}, "utilization", "trials", "sweep_s", "wall_s", "study",
+        "evaluation", "tracking", "checkpoints", "other"}, "utilization", "trials", "sweep_s", "wall_s", "study",
         "preset", "load_avg_1min": [before, after]}`.
     """
     load_before = os.getloadavg()[0]

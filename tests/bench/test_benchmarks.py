@@ -68,7 +68,14 @@ def test_sweep_prints_the_fixed_overhead_per_trial(capsys):
     result = bench_json("sweep", capsys)
     assert result["trials"]["finished"] > 0 and result["trials"]["failed"] == 0
     assert 0 < result["fixed_overhead_s_per_trial"] <= result["fixed_overhead_s_max"]
-    assert set(result["overhead_by_phase_s"]) == {"imports", "run_setup", "evaluation", "other"}
+    assert set(result["overhead_by_phase_s"]) == {
+        "imports",
+        "run_setup",
+        "evaluation",
+        "tracking",
+        "checkpoints",
+        "other",
+    }
     assert 0 < result["utilization"] <= 1
 
 
