@@ -185,6 +185,7 @@ def train(
     autocast = cfg.train.precision == "bf16"
     peak = matmul_peak_flops(torch.bfloat16 if autocast else torch.float32, device=device)
     busy_s, busy_tokens, eval_s = 0.0, 0, 0.0
+    window_s, window_tokens = 0.0, 0  # steps since the last diagnostics point
     # Time outside the steps, by cause (issue 19: a trial's fixed cost): MLflow calls, checkpoints.
     costs = {"track": 0.0, "checkpoint": 0.0}
     send_at = 0.0  # monotonic time of the next mid-run metric batch (log_interval_s)
@@ -216,11 +217,20 @@ def train(
             schema.METRIC_TRAIN_LOSS: loss,
             schema.METRIC_LR: plan.lrs[step],
             schema.METRIC_TOKENS: float(tokens),
-            schema.METRIC_FLOPS: float(tokens * flops_per_token),
-            schema.METRIC_TOKENS_PER_S: plan.batch_tokens / elapsed,
-            schema.METRIC_MFU: mfu(flops_per_token, plan.batch_tokens / elapsed, peak),
-            **step_metrics,
         }
+        window_s, window_tokens = window_s + elapsed, window_tokens + plan.batch_tokens
+        if state.step % cfg.train.diagnostics_interval_steps == 0 or state.step == last_step:
+            # Throughput over the steps since the last point: steadier than one step's.
+            rate = window_tokens / window_s
+            metrics.update(
+                {
+                    schema.METRIC_FLOPS: float(tokens * flops_per_token),
+                    schema.METRIC_TOKENS_PER_S: rate,
+                    schema.METRIC_MFU: mfu(flops_per_token, rate, peak),
+                    **step_metrics,
+                }
+            )
+            window_s, window_tokens = 0.0, 0
         if (
             _crosses(tokens, plan.batch_tokens, cfg.train.eval_interval_tokens)
             and state.step < plan.total_steps

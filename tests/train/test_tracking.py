@@ -45,13 +45,15 @@ STUDY_TAGS = (
     (schema.TAG_SIZE, "d16"),
 )
 LOG_BATCH_REQUEST = re.compile(r'"POST /api/2\.0/mlflow/runs/log-batch HTTP')
-PER_STEP_METRICS = (
-    schema.METRIC_TRAIN_LOSS,
-    schema.METRIC_LR,
-    schema.METRIC_TOKENS,
+PER_STEP_METRICS = (schema.METRIC_TRAIN_LOSS, schema.METRIC_LR, schema.METRIC_TOKENS)
+# Every train.diagnostics_interval_steps (default 10) and at the last step.
+DIAGNOSTIC_METRICS = (
     schema.METRIC_FLOPS,
     schema.METRIC_TOKENS_PER_S,
     schema.METRIC_MFU,
+    "grad_norm",
+    "qk_clip/max_logit",
+    "router/max_load_ratio",
 )
 FINAL_METRICS = tuple(
     schema.FINAL_PREFIX + name
@@ -146,9 +148,12 @@ def test_every_step_and_final_metric_is_logged_in_batches(tracked, mlflow_server
     )
     tokens = [float(s * BATCH_TOKENS) for s in steps]
     assert [v for _, v in _history(client, result.run_id, schema.METRIC_TOKENS)] == tokens
+    assert cfg.train.diagnostics_interval_steps == 10 and NUM_STEPS == 12
+    for key in DIAGNOSTIC_METRICS:
+        assert [step for step, _ in _history(client, result.run_id, key)] == [10, 12], key
     flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
     flops = [v for _, v in _history(client, result.run_id, schema.METRIC_FLOPS)]
-    assert flops == [t * flops_per_token for t in tokens]
+    assert flops == [tokens[9] * flops_per_token, tokens[11] * flops_per_token]
     for key in (schema.METRIC_TOKENS_PER_S, schema.METRIC_MFU):
         assert all(v > 0 for _, v in _history(client, result.run_id, key)), key
     assert all(v < 1 for _, v in _history(client, result.run_id, schema.METRIC_MFU))
