@@ -21,9 +21,10 @@ Columns per model:
   matmul peak). Under autocast the fused C++ MoE, GLU and head kernels step aside (they are fp32),
   so this column says what bf16 buys as the code stands.
 
-Shapes: the demo study's rungs (vocab 8192, 64-token sequences, 16 per step) and the reference
-study rungs (vocab 512, 256-token sequences, 16 per step; `STUDY_RUNGS`). Threads: one, what a
-trial gets in the `cpu` presets (`threads_per_trial = 1`).
+Shapes: the demo study's rungs (vocab 8192, 64-token sequences, 16 per step) and the v2
+reference studies' rungs (the small-vocabulary ladders s1-s3: vocab 512, 256-token sequences, 7
+per step, as `cpu_v2` trains them). Threads: one, what a trial gets in the `cpu` presets
+(`threads_per_trial = 1`).
 """
 
 from __future__ import annotations
@@ -43,13 +44,12 @@ from k3scale.models import accounting
 from k3scale.models.balancing import update_balancing
 from k3scale.models.config import K3Config, ModelConfig
 from k3scale.models.model import build_model, mla_modules
-from k3scale.models.presets import get_preset, k2_config, k3_config
+from k3scale.models.presets import get_preset, small_ladder
 from k3scale.optim.muon import build_optimizer
 from k3scale.optim.qk_clip import qk_clip
 from k3scale.train.perf import measure_matmul_peak, mfu
 
 NUM_THREADS = 1
-BATCH_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,12 @@ class Shape:
     name: str
     vocab: int
     seq_len: int
+    batch_size: int
+    """Sequences per step."""
 
 
-DEMO = Shape("demo", 8192, 64)
-STUDY = Shape("study", 512, 256)
-# (d_model, num_layers) of the reference study rungs, one rule for both families: four layers
-# (a full 3:1 KDA/MLA period for K3) at widths 32-64 (issue #19 until the studies fix theirs).
-STUDY_RUNGS = ((32, 4), (48, 4), (64, 4))
+DEMO = Shape("demo", 8192, 64, 16)
+STUDY = Shape("study", 512, 256, 7)  # sweeps/presets.py::cpu_v2
 DEMO_RUNGS = ("t1", "t2", "t3")
 # (interleaved rounds, seconds per matmul peak) for the full and quick runs.
 SETTINGS = {"full": (7, 1.0), "quick": (2, 0.2)}
@@ -72,15 +71,11 @@ SETTINGS = {"full": (7, 1.0), "quick": (2, 0.2)}
 def models(quick: bool) -> list[tuple[str, Shape, ModelConfig]]:
     """(name, shape, model config) of every measured model."""
     demo = DEMO_RUNGS[-1:] if quick else DEMO_RUNGS
-    study = STUDY_RUNGS[:1] if quick else STUDY_RUNGS
     runs: list[tuple[str, Shape, ModelConfig]] = []
     for family in ("k2", "k3"):
         runs += [(f"{family}-{rung}", DEMO, get_preset(f"{family}-{rung}")) for rung in demo]
-        build = k2_config if family == "k2" else k3_config
-        runs += [
-            (f"{family}-d{d}-L{layers}", STUDY, build(d, layers, vocab_size=STUDY.vocab))
-            for d, layers in study
-        ]
+        study = small_ladder(family)
+        runs += [(name, STUDY, get_preset(name)) for name in (study[:1] if quick else study)]
     return runs
 
 
@@ -97,7 +92,7 @@ def training_step(
     for module in mla_modules(model):
         module.track_max_logits = True
     model.train()
-    tokens = torch.randint(0, model_cfg.vocab_size, (BATCH_SIZE, shape.seq_len + 1))
+    tokens = torch.randint(0, model_cfg.vocab_size, (shape.batch_size, shape.seq_len + 1))
 
     def forward_backward() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -129,7 +124,7 @@ def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks:
         "fast_bf16": training_step(fast_cfg, shape, bf16=True),
     }
     seconds = median_times({key: step for key, (step, _) in built.items()}, rounds)
-    tokens = BATCH_SIZE * shape.seq_len
+    tokens = shape.batch_size * shape.seq_len
     rates = {key: tokens / value for key, value in seconds.items()}
     flops_per_token = accounting.flops_per_token(model_cfg, shape.seq_len)
     gemm_bound = gemm_rate(built["fast"][1]) / peaks["fp32"]
@@ -139,6 +134,7 @@ def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks:
         "shape": shape.name,
         "vocab": shape.vocab,
         "seq_len": shape.seq_len,
+        "batch_size": shape.batch_size,
         "d_model": model_cfg.d_model,
         "num_layers": model_cfg.num_layers,
         "n_active": accounting.num_params_active(model_cfg),
@@ -161,7 +157,7 @@ def run(quick: bool) -> dict:
     Returns:
         `{"matmul_peak_flops": {"fp32", "bf16"}, "runs": [{"name", "shape", "tokens_per_s",
         "speedup_vs_reference", "mfu", "gemm_bound", "mfu_over_gemm_bound", ...}],
-        "num_threads", "batch_size", "rounds", "load_avg_1min": [before, after], "cpu_count"}`.
+        "num_threads", "rounds", "load_avg_1min": [before, after], "cpu_count"}`.
     """
     rounds, peak_seconds = SETTINGS["quick" if quick else "full"]
     previous_threads = torch.get_num_threads()
@@ -179,7 +175,6 @@ def run(quick: bool) -> dict:
         "matmul_peak_flops": peaks,
         "runs": runs,
         "num_threads": NUM_THREADS,
-        "batch_size": BATCH_SIZE,
         "rounds": rounds,
         "load_avg_1min": [load_before, os.getloadavg()[0]],
         "cpu_count": os.cpu_count(),
@@ -215,7 +210,8 @@ def render(result: dict) -> str:
     lines = [
         f"matmul peak ({result['num_threads']} thread, 1024^2): fp32 "
         f"{peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s",
-        f"{result['batch_size']} sequences per step; median of {result['rounds']} interleaved "
+        f"batch: {DEMO.batch_size} (demo) or {STUDY.batch_size} (study) sequences per step; "
+        f"median of {result['rounds']} interleaved "
         f"rounds (process CPU time); load average {before:.1f} -> {after:.1f} on "
         f"{result['cpu_count']} CPUs",
         "",
