@@ -96,25 +96,31 @@ class MultiHeadLatentAttention(nn.Module):
         """
         batch, seq_len, _ = x.shape
         q, k, v = self.project_qkv(x, positions)
+        o, head_max = self._attend(q, k, v)
         if self.track_max_logits and self.training:
-            self._fold_max_logits(q, k)
-        o = self._attend(q, k, v).transpose(1, 2).reshape(batch, seq_len, -1)
+            self._fold_max_logits(q, k, head_max)
+        o = o.transpose(1, 2).reshape(batch, seq_len, -1)
         if self.g_proj is not None:
             o = torch.sigmoid(self.g_proj(x)) * o
         return self.o_proj(o)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Causal attention `[B, H, T, d_v]`: the fused kernel when on and supported, else SDPA
-        on heads zero-padded to `padded_width` when set."""
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Causal attention `[B, H, T, d_v]`: the fused kernel when on and supported (with its
+        largest logit per sequence and head, `[B, H]`), else SDPA on heads zero-padded to
+        `padded_width` when set (and None)."""
         if self.fused_attention and fused_supported(q, v):
             q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-            return causal_attention(q, k, v, self.softmax_scale).transpose(1, 2)
+            o, head_max = causal_attention(q, k, v, self.softmax_scale)
+            return o.transpose(1, 2), head_max
         width = self.padded_width
         if width is None or width == q.shape[-1] == v.shape[-1]:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
+            return o, None
         q, k, v = (F.pad(x, (0, width - x.shape[-1])) for x in (q, k, v))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
-        return o[..., : self.cfg.d_v]
+        return o[..., : self.cfg.d_v], None
 
     def project_qkv(
         self, x: torch.Tensor, positions: torch.Tensor | None = None
@@ -154,8 +160,17 @@ class MultiHeadLatentAttention(nn.Module):
         return self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
 
     @torch.no_grad()
-    def _fold_max_logits(self, q: torch.Tensor, k: torch.Tensor) -> None:
-        """Running per-head max of `scale * q_i . k_j` over `j <= i`, in fp32+, chunked over rows."""
+    def _fold_max_logits(
+        self, q: torch.Tensor, k: torch.Tensor, head_max: torch.Tensor | None
+    ) -> None:
+        """Running per-head max of `scale * q_i . k_j` over `j <= i`: from the fused kernel's
+        `head_max [B, H]` when it ran, else `_max_logits` (the reference it is tested against)."""
+        best = self._max_logits(q, k) if head_max is None else head_max.amax(dim=0)
+        self.max_logits.copy_(torch.maximum(self.max_logits, best.to(self.max_logits.dtype)))
+
+    def _max_logits(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Per-head max of `scale * q_i . k_j` over `j <= i` and the batch, `[H]`, in fp32+,
+        chunked over rows."""
         batch, heads, seq_len, _ = q.shape
         compute = torch.promote_types(q.dtype, torch.float32)
         q32, k32 = q.to(compute), k.to(compute)
@@ -169,8 +184,7 @@ class MultiHeadLatentAttention(nn.Module):
             key_pos = torch.arange(stop, device=q.device)[None, :]
             logits = logits.masked_fill(key_pos > query_pos, -torch.inf)
             best = torch.maximum(best, logits.amax(dim=(0, 2, 3)))
-        best = best * self.softmax_scale
-        self.max_logits.copy_(torch.maximum(self.max_logits, best.to(self.max_logits.dtype)))
+        return best * self.softmax_scale
 
     def reset_max_logits(self) -> None:
         """Start a new running max (all heads -inf)."""

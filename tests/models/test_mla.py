@@ -199,9 +199,13 @@ def test_zero_gate_halves_the_ungated_output() -> None:
     assert torch.equal(gated(x), 0.5 * ungated(x))
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused"])
 @pytest.mark.parametrize("name", ["k2_qlora", "k3_direct_q"])
-def test_max_logits_track_the_running_max_over_valid_pairs(name: str) -> None:
+def test_max_logits_track_the_running_max_over_valid_pairs(name: str, fused: bool) -> None:
+    # Fused: the attention kernel's own per-head max (ops/attention), same fp64 values up to
+    # the order of each dot product's sum.
     module = make_mla(VARIANTS[name])
+    module.fused_attention = fused
     x_1, x_2 = random_input(13, seed=2), 3.0 * random_input(13, seed=3)
     module(x_1)
     assert torch.isinf(module.max_logits).all()  # off by default

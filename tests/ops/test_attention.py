@@ -29,6 +29,10 @@ def reference(q, k, v, scale):
     return out.transpose(1, 2)
 
 
+def fused_output(q, k, v, scale):
+    return causal_attention(q, k, v, scale)[0]
+
+
 def outputs_and_grads(fn, q, k, v, probe):
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     out = fn(*leaves, 0.37)
@@ -45,12 +49,27 @@ def test_matches_torch_sdpa(steps, dk, dv, dtype):
     v = torch.randn(2, steps, 3, dv, generator=gen, dtype=dtype)
     probe = torch.randn(2, steps, 3, dv, generator=gen, dtype=dtype)
     expected = outputs_and_grads(reference, q, k, v, probe)
-    actual = outputs_and_grads(causal_attention, q, k, v, probe)
+    actual = outputs_and_grads(fused_output, q, k, v, probe)
     for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
         # Floor 0.1 (inputs and gradients are O(1)): at T = 1, dq is exactly zero in exact
         # arithmetic and rounding noise (~1e-7) in both paths.
         error = ((a - e).abs().max() / e.abs().max().clamp(min=0.1)).item()
         assert error < TOLERANCE[dtype], (index, error)
+
+
+@pytest.mark.parametrize(("steps", "dk"), [(1, 4), (37, 12), (70, 5)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_head_max_is_the_largest_causal_logit(steps, dk, dtype):
+    # QK-Clip reads it in place of recomputing the logits (models/mla.py::_max_logits).
+    gen = torch.Generator().manual_seed(steps + dk)
+    q, k = (2 * torch.randn(2, steps, 3, dk, generator=gen, dtype=dtype) for _ in range(2))
+    v = torch.randn(2, steps, 3, 4, generator=gen, dtype=dtype)
+    _, head_max = causal_attention(q, k, v, 0.37)
+    logits = 0.37 * torch.einsum("bihd,bjhd->bhij", q, k)
+    future = torch.ones(steps, steps, dtype=torch.bool).triu(1)
+    expected = logits.masked_fill(future, -torch.inf).amax(dim=(2, 3))
+    assert head_max.shape == (2, 3) and not head_max.requires_grad
+    torch.testing.assert_close(head_max, expected, rtol=TOLERANCE[dtype], atol=0.0)
 
 
 def test_supported_only_for_narrow_heads_without_autocast():

@@ -44,30 +44,170 @@ void transpose_into(const T* rows, int64_t stride, int64_t steps, int64_t width,
   }
 }
 
-// s[0:n] = scale * sum_d q[d] * keys_t[d, 0:n]; returns max(s[0:n]).
+// s[0:n] = scale * sum_d q[d] * keys_t[d, 0:n]; returns max(s[0:n]). Four blocks of key
+// positions at a time: each block's sum over d is a chain of dependent FMAs, so one block alone
+// waits on the FMA latency; four independent chains keep the units busy. Every output keeps
+// its summation order (d = 0, 1, ...), so the result is bitwise that of one block at a time.
 template <typename T>
 T scores(const T* q, const T* keys_t, int64_t steps, int64_t width, int64_t n, T scale, T* s) {
   using V = Vec<T>;
+  constexpr int64_t L = V::size();
   V best(-std::numeric_limits<T>::infinity());
-  for (int64_t j = 0; j < n; j += V::size()) {
-    const int64_t count = std::min<int64_t>(V::size(), n - j);
+  int64_t j = 0;
+  for (; j + 4 * L <= n; j += 4 * L) {
+    V a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+    for (int64_t d = 0; d < width; ++d) {
+      const V qd(q[d]);
+      const T* kt = keys_t + d * steps + j;
+      a0 = at::vec::fmadd(qd, V::loadu(kt), a0);
+      a1 = at::vec::fmadd(qd, V::loadu(kt + L), a1);
+      a2 = at::vec::fmadd(qd, V::loadu(kt + 2 * L), a2);
+      a3 = at::vec::fmadd(qd, V::loadu(kt + 3 * L), a3);
+    }
+    a0 = a0 * V(scale), a1 = a1 * V(scale), a2 = a2 * V(scale), a3 = a3 * V(scale);
+    a0.store(s + j), a1.store(s + j + L), a2.store(s + j + 2 * L), a3.store(s + j + 3 * L);
+    best = at::vec::maximum(best, at::vec::maximum(at::vec::maximum(a0, a1),
+                                                   at::vec::maximum(a2, a3)));
+  }
+  for (; j < n; j += L) {
+    const int64_t count = std::min<int64_t>(L, n - j);
     V acc(T(0));
     for (int64_t d = 0; d < width; ++d) {
       acc = at::vec::fmadd(V(q[d]), load(keys_t + d * steps + j, count), acc);
     }
     acc = acc * V(scale);
     store(acc, s + j, count);
-    const V masked = count == V::size()
-                         ? acc
-                         : V::set(V(-std::numeric_limits<T>::infinity()), acc, count);
+    const V masked =
+        count == L ? acc : V::set(V(-std::numeric_limits<T>::infinity()), acc, count);
     best = at::vec::maximum(best, masked);
   }
   return reduce_max(best);
 }
 
+// out[d] = sum_j w[j] * rows_t[d, j] over j < n, for d < width (rows_t [width, steps]); four
+// rows at a time for the same reason as `scores`, each output in its own order (j ascending).
+template <typename T>
+void weighted_rows(const T* w, const T* rows_t, int64_t steps, int64_t width, int64_t n, T* out) {
+  using V = Vec<T>;
+  constexpr int64_t L = V::size();
+  int64_t d = 0;
+  for (; d + 4 <= width; d += 4) {
+    V a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+    const T* r = rows_t + d * steps;
+    for (int64_t j = 0; j < n; j += L) {
+      const int64_t count = std::min<int64_t>(L, n - j);
+      const V wj = load(w + j, count);
+      a0 = at::vec::fmadd(wj, load(r + j, count), a0);
+      a1 = at::vec::fmadd(wj, load(r + steps + j, count), a1);
+      a2 = at::vec::fmadd(wj, load(r + 2 * steps + j, count), a2);
+      a3 = at::vec::fmadd(wj, load(r + 3 * steps + j, count), a3);
+    }
+    out[d] = reduce_sum(a0), out[d + 1] = reduce_sum(a1);
+    out[d + 2] = reduce_sum(a2), out[d + 3] = reduce_sum(a3);
+  }
+  for (; d < width; ++d) {
+    V acc(T(0));
+    for (int64_t j = 0; j < n; j += L) {
+      const int64_t count = std::min<int64_t>(L, n - j);
+      acc = at::vec::fmadd(load(w + j, count), load(rows_t + d * steps + j, count), acc);
+    }
+    out[d] = reduce_sum(acc);
+  }
+}
+
+// From a row's logits s[0:n] and its lse: p_j = exp(s_j - lse), ds_j = scale p_j (dp_j - delta)
+// with dp_j = do . v_j, and dvalues_t[d, j] += do[d] p_j. Four blocks of key positions at a
+// time (independent FMA chains over d, as in `scores`); each sum keeps its order.
+template <typename T>
+void probs_and_dscores(const T* s, T lse, const T* grad_o, const T* values_t, T* dvalues_t,
+                       int64_t steps, int64_t width, int64_t n, T delta, T scale, T* ds) {
+  using V = Vec<T>;
+  constexpr int64_t L = V::size();
+  int64_t j = 0;
+  for (; j + 4 * L <= n; j += 4 * L) {
+    const V p0 = vexp(V::loadu(s + j) - V(lse)), p1 = vexp(V::loadu(s + j + L) - V(lse));
+    const V p2 = vexp(V::loadu(s + j + 2 * L) - V(lse));
+    const V p3 = vexp(V::loadu(s + j + 3 * L) - V(lse));
+    V dp0(T(0)), dp1(T(0)), dp2(T(0)), dp3(T(0));
+    for (int64_t d = 0; d < width; ++d) {
+      const V g(grad_o[d]);
+      const T* vt = values_t + d * steps + j;
+      T* dvt = dvalues_t + d * steps + j;
+      dp0 = at::vec::fmadd(g, V::loadu(vt), dp0);
+      dp1 = at::vec::fmadd(g, V::loadu(vt + L), dp1);
+      dp2 = at::vec::fmadd(g, V::loadu(vt + 2 * L), dp2);
+      dp3 = at::vec::fmadd(g, V::loadu(vt + 3 * L), dp3);
+      at::vec::fmadd(g, p0, V::loadu(dvt)).store(dvt);
+      at::vec::fmadd(g, p1, V::loadu(dvt + L)).store(dvt + L);
+      at::vec::fmadd(g, p2, V::loadu(dvt + 2 * L)).store(dvt + 2 * L);
+      at::vec::fmadd(g, p3, V::loadu(dvt + 3 * L)).store(dvt + 3 * L);
+    }
+    (p0 * (dp0 - V(delta)) * V(scale)).store(ds + j);
+    (p1 * (dp1 - V(delta)) * V(scale)).store(ds + j + L);
+    (p2 * (dp2 - V(delta)) * V(scale)).store(ds + j + 2 * L);
+    (p3 * (dp3 - V(delta)) * V(scale)).store(ds + j + 3 * L);
+  }
+  for (; j < n; j += L) {
+    const int64_t count = std::min<int64_t>(L, n - j);
+    const V prob = vexp(load(s + j, count) - V(lse));
+    V dp(T(0));
+    for (int64_t d = 0; d < width; ++d) {
+      dp = at::vec::fmadd(V(grad_o[d]), load(values_t + d * steps + j, count), dp);
+      T* dvt = dvalues_t + d * steps + j;
+      store(at::vec::fmadd(V(grad_o[d]), prob, load(dvt, count)), dvt, count);
+    }
+    store(prob * (dp - V(delta)) * V(scale), ds + j, count);
+  }
+}
+
+// dq[d] = sum_j ds[j] keys_t[d, j] and dkeys_t[d, j] += qi[d] ds[j] over j < n, four d at a time
+// (independent FMA chains, as in `scores`); each sum keeps its order (j ascending).
+template <typename T>
+void dq_and_dkeys(const T* ds, const T* qi, const T* keys_t, T* dkeys_t, int64_t steps,
+                  int64_t width, int64_t n, T* dq) {
+  using V = Vec<T>;
+  constexpr int64_t L = V::size();
+  int64_t d = 0;
+  for (; d + 4 <= width; d += 4) {
+    V a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+    const V q0(qi[d]), q1(qi[d + 1]), q2(qi[d + 2]), q3(qi[d + 3]);
+    const T* kt = keys_t + d * steps;
+    T* dkt = dkeys_t + d * steps;
+    for (int64_t j = 0; j < n; j += L) {
+      const int64_t count = std::min<int64_t>(L, n - j);
+      const V dsv = load(ds + j, count);
+      a0 = at::vec::fmadd(dsv, load(kt + j, count), a0);
+      a1 = at::vec::fmadd(dsv, load(kt + steps + j, count), a1);
+      a2 = at::vec::fmadd(dsv, load(kt + 2 * steps + j, count), a2);
+      a3 = at::vec::fmadd(dsv, load(kt + 3 * steps + j, count), a3);
+      store(at::vec::fmadd(q0, dsv, load(dkt + j, count)), dkt + j, count);
+      store(at::vec::fmadd(q1, dsv, load(dkt + steps + j, count)), dkt + steps + j, count);
+      store(at::vec::fmadd(q2, dsv, load(dkt + 2 * steps + j, count)), dkt + 2 * steps + j,
+            count);
+      store(at::vec::fmadd(q3, dsv, load(dkt + 3 * steps + j, count)), dkt + 3 * steps + j,
+            count);
+    }
+    dq[d] = reduce_sum(a0), dq[d + 1] = reduce_sum(a1);
+    dq[d + 2] = reduce_sum(a2), dq[d + 3] = reduce_sum(a3);
+  }
+  for (; d < width; ++d) {
+    V acc(T(0));
+    T* dkt = dkeys_t + d * steps;
+    const T* kt = keys_t + d * steps;
+    for (int64_t j = 0; j < n; j += L) {
+      const int64_t count = std::min<int64_t>(L, n - j);
+      const V dsv = load(ds + j, count);
+      acc = at::vec::fmadd(dsv, load(kt + j, count), acc);
+      store(at::vec::fmadd(V(qi[d]), dsv, load(dkt + j, count)), dkt + j, count);
+    }
+    dq[d] = reduce_sum(acc);
+  }
+}
+
 }  // namespace
 
-// Returns {o [B, T, H, Dv], lse [B, H, T]}.
+// Returns {o [B, T, H, Dv], lse [B, H, T], head_max [B, H]}: head_max is the largest logit
+// s_ij (j <= i) of each sequence and head, what QK-Clip tracks (the forward has it anyway).
 std::vector<at::Tensor> causal_attention_forward_op(const at::Tensor& q, const at::Tensor& k,
                                                     const at::Tensor& v, double scale) {
   TORCH_CHECK(q.dim() == 4 && q.is_contiguous() && k.is_contiguous() && v.is_contiguous() &&
@@ -79,21 +219,24 @@ std::vector<at::Tensor> causal_attention_forward_op(const at::Tensor& q, const a
   const int64_t dk = q.size(3), dv = v.size(3);
   auto out = at::empty_like(v);
   auto lse = at::empty({batch, heads, steps}, q.options());
+  auto head_max = at::empty({batch, heads}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "causal_attention_forward", [&] {
     using T = scalar_t;
     using V = Vec<T>;
     const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
-    T *op = out.data_ptr<T>(), *lp = lse.data_ptr<T>();
-    std::vector<T> keys_t(dk * steps), values_t(dv * steps), s(steps);
+    T *op = out.data_ptr<T>(), *lp = lse.data_ptr<T>(), *mp = head_max.data_ptr<T>();
+    std::vector<T> keys_t(dk * steps), values_t(dv * steps), s(steps), o_row(dv);
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t base_k = (b * steps * heads + h) * dk, base_v = (b * steps * heads + h) * dv;
         transpose_into(kp + base_k, heads * dk, steps, dk, keys_t.data());
         transpose_into(vp + base_v, heads * dv, steps, dv, values_t.data());
+        T largest = -std::numeric_limits<T>::infinity();
         for (int64_t i = 0; i < steps; ++i) {
           const int64_t n = i + 1;
           const T best = scores(qp + base_k + i * heads * dk, keys_t.data(), steps, dk, n,
                                 T(scale), s.data());
+          largest = std::max(largest, best);
           V total(T(0));
           for (int64_t j = 0; j < n; j += V::size()) {
             const int64_t count = std::min<int64_t>(V::size(), n - j);
@@ -104,21 +247,15 @@ std::vector<at::Tensor> causal_attention_forward_op(const at::Tensor& q, const a
           const T sum = reduce_sum(total);
           // o[d] = sum_j p_j v_j[d] / sum, across key positions against the transposed values.
           T* o = op + base_v + i * heads * dv;
-          for (int64_t d = 0; d < dv; ++d) {
-            V acc(T(0));
-            const T* vt = values_t.data() + d * steps;
-            for (int64_t j = 0; j < n; j += V::size()) {
-              const int64_t count = std::min<int64_t>(V::size(), n - j);
-              acc = at::vec::fmadd(load(s.data() + j, count), load(vt + j, count), acc);
-            }
-            o[d] = reduce_sum(acc) / sum;
-          }
+          weighted_rows(s.data(), values_t.data(), steps, dv, n, o_row.data());
+          for (int64_t d = 0; d < dv; ++d) o[d] = o_row[d] / sum;
           lp[(b * heads + h) * steps + i] = best + std::log(sum);
         }
+        mp[b * heads + h] = largest;
       }
     }
   });
-  return {out, lse};
+  return {out, lse, head_max};
 }
 
 // Returns {dq, dk, dv} in the inputs' layouts.
@@ -138,7 +275,7 @@ std::vector<at::Tensor> causal_attention_backward_op(const at::Tensor& grad_out_
     const T *op = out.data_ptr<T>(), *lp = lse.data_ptr<T>(), *gp = grad_out.data_ptr<T>();
     T *dqp = dq.data_ptr<T>(), *dkp = dk_out.data_ptr<T>(), *dvp = dv_out.data_ptr<T>();
     std::vector<T> keys_t(dk * steps), values_t(dv * steps), dkeys_t(dk * steps);
-    std::vector<T> dvalues_t(dv * steps), p(steps), ds(steps);
+    std::vector<T> dvalues_t(dv * steps), s_row(steps), ds(steps);
     const T sc = T(scale);
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
@@ -152,36 +289,14 @@ std::vector<at::Tensor> causal_attention_backward_op(const at::Tensor& grad_out_
           const T* qi = qp + base_k + i * heads * dk;
           const T* doi = gp + base_v + i * heads * dv;
           const T* oi = op + base_v + i * heads * dv;
-          scores(qi, keys_t.data(), steps, dk, n, sc, p.data());
+          scores(qi, keys_t.data(), steps, dk, n, sc, s_row.data());
           const T lse_i = lp[(b * heads + h) * steps + i];
           T delta = T(0);
           for (int64_t d = 0; d < dv; ++d) delta += doi[d] * oi[d];
-          for (int64_t j = 0; j < n; j += V::size()) {
-            const int64_t count = std::min<int64_t>(V::size(), n - j);
-            const V prob = vexp(load(p.data() + j, count) - V(lse_i));
-            store(prob, p.data() + j, count);
-            V dp(T(0));
-            for (int64_t d = 0; d < dv; ++d) {
-              dp = at::vec::fmadd(V(doi[d]), load(values_t.data() + d * steps + j, count), dp);
-              // dv_j += p_ij do_i
-              T* dvt = dvalues_t.data() + d * steps + j;
-              store(at::vec::fmadd(V(doi[d]), prob, load(dvt, count)), dvt, count);
-            }
-            store(prob * (dp - V(delta)) * V(sc), ds.data() + j, count);
-          }
-          T* dqi = dqp + base_k + i * heads * dk;
-          for (int64_t d = 0; d < dk; ++d) {
-            V acc(T(0));
-            T* dkt = dkeys_t.data() + d * steps;
-            const T* kt = keys_t.data() + d * steps;
-            for (int64_t j = 0; j < n; j += V::size()) {
-              const int64_t count = std::min<int64_t>(V::size(), n - j);
-              const V dsv = load(ds.data() + j, count);
-              acc = at::vec::fmadd(dsv, load(kt + j, count), acc);
-              store(at::vec::fmadd(V(qi[d]), dsv, load(dkt + j, count)), dkt + j, count);
-            }
-            dqi[d] = reduce_sum(acc);
-          }
+          probs_and_dscores(s_row.data(), lse_i, doi, values_t.data(), dvalues_t.data(), steps,
+                            dv, n, delta, sc, ds.data());
+          dq_and_dkeys(ds.data(), qi, keys_t.data(), dkeys_t.data(), steps, dk, n,
+                       dqp + base_k + i * heads * dk);
         }
         for (int64_t t = 0; t < steps; ++t) {
           for (int64_t d = 0; d < dk; ++d) dkp[base_k + t * heads * dk + d] = dkeys_t[d * steps + t];

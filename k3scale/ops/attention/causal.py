@@ -28,22 +28,24 @@ def fused_supported(q: torch.Tensor, v: torch.Tensor) -> bool:
 
 def causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`softmax(scale q k^T + causal mask) v` per head: q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`
-    -> `[B, T, H, Dv]`."""
+    -> `[B, T, H, Dv]`, and the largest logit `scale q_i . k_j` (j <= i) per sequence and head,
+    `[B, H]` (not differentiable): what QK-Clip tracks, which the forward computes anyway."""
     return _CausalAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), float(scale))
 
 
 class _CausalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale):
-        out, lse = load().causal_attention_forward(q, k, v, scale)
+        out, lse, head_max = load().causal_attention_forward(q, k, v, scale)
         ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(head_max)
         ctx.scale = scale
-        return out
+        return out, head_max
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, _grad_head_max):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = load().causal_attention_backward(grad_out, q, k, v, out, lse, ctx.scale)
         return dq, dk, dv, None
