@@ -6,6 +6,8 @@ A generated block sits between two comments; the first names its source:
     <!-- generated: calibration analysis/results/calibration/cpu.json -->   (a calibration JSON)
     <!-- generated: committed studies -->   (runs.parquet and study.json of each results folder)
     <!-- generated: batch check analysis/results/batch_check 7 -->   (its folders, batch 7 the reference)
+    <!-- generated: bench train analysis/results/bench/train.json -->   (a `k3scale bench train --json`)
+    <!-- generated: bench sweep analysis/results/bench/sweep.json -->   (a `k3scale bench sweep --json`)
     ...
     <!-- end generated -->
 
@@ -73,6 +75,14 @@ def render(source: str) -> str:
         from k3scale.scaling.batch_check import markdown
 
         return markdown(batch_check(*source.removeprefix("batch check ").split()))
+    if source.startswith("bench sweep "):
+        from k3scale.bench.sweep import markdown as sweep_markdown
+
+        return sweep_markdown(json.loads((ROOT / source.removeprefix("bench sweep ")).read_text()))
+    if source.startswith("bench train "):
+        from k3scale.bench.train import markdown as train_markdown
+
+        return train_markdown(json.loads((ROOT / source.removeprefix("bench train ")).read_text()))
     if source.startswith("calibration "):
         from k3scale.bench.calibrate import markdown
 

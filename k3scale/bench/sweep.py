@@ -37,7 +37,7 @@ def run(quick: bool) -> dict:
     Returns:
         `{"fixed_overhead_s_per_trial", "fixed_overhead_s_max", "overhead_by_phase_s": {"imports", "run_setup",
         "evaluation", "tracking", "checkpoints", "other"}, "utilization", "trials", "sweep_s", "wall_s", "study",
-        "preset", "load_avg_1min": [before, after]}`.
+        "preset", "load_avg_1min": [before, after], "git_sha"}`.
     """
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
@@ -80,6 +80,7 @@ def run(quick: bool) -> dict:
         "study": STUDY.stem,
         "preset": PRESET,
         "load_avg_1min": [load_before, os.getloadavg()[0]],
+        "git_sha": record["identity"]["git_sha"],
     }
 
 
@@ -97,4 +98,18 @@ def render(result: dict) -> str:
             f"  median split: {phases}",
             f"utilization {result['utilization']:.2f} (busy trial time / (sweep wall x cores))",
         ]
+    )
+
+
+def markdown(result: dict) -> str:
+    """The fixed cost per trial and its split, as Markdown (analysis/README.md embeds it)."""
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in result["overhead_by_phase_s"].items())
+    overhead = result["fixed_overhead_s_per_trial"]
+    return (
+        f"`k3scale bench sweep` at commit `{result['git_sha'][:7]}`: the {result['study']} "
+        f"{result['preset']} study, {result['trials']['finished']} trials on "
+        f"{result['cores']} cores. Fixed cost per trial (median of slot time minus step time): "
+        f"**{overhead:.2f} s** (target 2 s: {'met' if overhead <= 2.0 else 'not met'}; the "
+        f"largest, a fresh worker's first task, {result['fixed_overhead_s_max']:.2f} s). "
+        f"Median split: {phases}. Utilization {result['utilization']:.2f}.\n"
     )

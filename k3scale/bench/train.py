@@ -47,6 +47,7 @@ from k3scale.models.model import build_model, mla_modules
 from k3scale.models.presets import get_preset, small_ladder
 from k3scale.optim.muon import build_optimizer
 from k3scale.optim.qk_clip import qk_clip
+from k3scale.track.provenance import git_state
 from k3scale.train.perf import measure_matmul_peak, mfu
 
 NUM_THREADS = 1
@@ -157,9 +158,11 @@ def run(quick: bool) -> dict:
     Returns:
         `{"matmul_peak_flops": {"fp32", "bf16"}, "runs": [{"name", "shape", "tokens_per_s",
         "speedup_vs_reference", "mfu", "gemm_bound", "mfu_over_gemm_bound", ...}],
-        "num_threads", "rounds", "load_avg_1min": [before, after], "cpu_count"}`.
+        "num_threads", "rounds", "load_avg_1min": [before, after], "cpu_count", "git_sha",
+        "git_dirty", "summary"}`.
     """
     rounds, peak_seconds = SETTINGS["quick" if quick else "full"]
+    sha, dirty = git_state()
     previous_threads = torch.get_num_threads()
     load_before = os.getloadavg()[0]
     try:
@@ -178,6 +181,8 @@ def run(quick: bool) -> dict:
         "rounds": rounds,
         "load_avg_1min": [load_before, os.getloadavg()[0]],
         "cpu_count": os.cpu_count(),
+        "git_sha": sha,
+        "git_dirty": dirty,
         "summary": summary(runs),
     }
 
@@ -239,3 +244,36 @@ def render(result: dict) -> str:
         "GEMM bound: the rate of the step's aten GEMMs, each timed alone, over the peak"
     )
     return "\n".join(lines)
+
+
+def markdown(result: dict) -> str:
+    """The study rungs' columns as a Markdown table, with the run's provenance and the issue's
+    targets read off (analysis/README.md embeds it)."""
+    peaks = result["matmul_peak_flops"]
+    lines = [
+        f"Measured at commit `{result['git_sha'][:7]}` on {result['cpu_count']} CPUs, "
+        f"{result['num_threads']} thread per step (a trial's share in the `cpu` presets), median "
+        f"of {result['rounds']} interleaved rounds; matmul peak fp32 "
+        f"{peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s.",
+        "",
+        "| model | N_active | reference tokens/s | fast tokens/s | speedup | MFU | GEMM bound "
+        "| MFU / GEMM bound | bf16 tokens/s | bf16 / fp32 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in (r for r in result["runs"] if r["shape"] == STUDY.name):
+        lines.append(
+            f"| {r['name']} | {r['n_active']:,} | {r['tokens_per_s_reference']:,.0f} "
+            f"| {r['tokens_per_s']:,.0f} | {r['speedup_vs_reference']:.2f}x | {r['mfu']:.1%} "
+            f"| {r['gemm_bound']:.1%} | {r['mfu_over_gemm_bound']:.2f} "
+            f"| {r['tokens_per_s_bf16']:,.0f} | {r['bf16_speedup']:.2f}x |"
+        )
+    lines.append("")
+    for family in ("k2", "k3"):
+        entry = result["summary"][f"{family}-{STUDY.name}"]
+        speedup, ratio = entry["min_speedup_vs_reference"], entry["mfu_over_gemm_bound_at_largest"]
+        lines.append(
+            f"- {family.upper()}: smallest speedup {speedup:.2f}x "
+            f"(target 2.0: {'met' if speedup >= 2.0 else 'not met'}); MFU over the GEMM bound "
+            f"at {entry['largest']} {ratio:.2f} (target 0.5: {'met' if ratio >= 0.5 else 'not met'})."
+        )
+    return "\n".join(lines) + "\n"

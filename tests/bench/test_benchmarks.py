@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from k3scale.bench.sweep import markdown as sweep_markdown
+from k3scale.bench.train import markdown as train_markdown
 from k3scale.cli import main
 
 
@@ -53,6 +55,8 @@ def test_train_prints_fast_and_reference_columns_per_model(capsys):
         assert 0 < run["gemm_bound"] <= 1.5  # a rate over a peak measured apart: near 1 at most
         assert run["mfu_over_gemm_bound"] == pytest.approx(run["mfu"] / run["gemm_bound"])
     assert set(result["summary"]) == {"k2-demo", "k2-study", "k3-demo", "k3-study"}
+    table = train_markdown(result)  # what analysis/README.md embeds from a committed run
+    assert table.count("| k2-s1 |") == table.count("| k3-s1 |") == 1 and "| k2-t3 |" not in table
 
 
 @pytest.mark.slow
@@ -77,6 +81,7 @@ def test_sweep_prints_the_fixed_overhead_per_trial(capsys):
         "other",
     }
     assert 0 < result["utilization"] <= 1
+    assert f"**{result['fixed_overhead_s_per_trial']:.2f} s**" in sweep_markdown(result)
 
 
 @pytest.mark.slow
