@@ -18,7 +18,7 @@ from k3scale.ops.cpu import load, supports
 # Widest head the kernel takes. `k3scale bench train` (one thread, batch 16 x 256): with it,
 # k2-d48 (q/k 12, v 8) ran 1.59x the reference against 1.43x with padded flash; at k2-d64 (q/k 24,
 # v 16) it ran 1.05x against flash's 1.16x, so wider heads keep torch's flash kernel (measured
-# before the kernel ran four FMA chains at once; the v2 ladders' heads are all 6-12 wide).
+# before the kernel ran four FMA chains at once; the v2 ladders' heads are all 4-12 wide).
 MAX_HEAD_WIDTH = 16
 
 
