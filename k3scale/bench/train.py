@@ -17,6 +17,8 @@ Columns per model:
   GEMMs these shapes allow; `mfu_over_gemm_bound` is the fair measure at these shapes (issue #5).
   A rate, not a sum of GEMM times: the fast path does attention (flash SDPA), KDA and the MoE
   experts outside aten's GEMMs, so summing the recorded GEMMs' time would leave their FLOPs out;
+- `core_flops_share`: the fraction of those FLOPs in the attention and KDA cores, which run in
+  the fused kernels, not at the GEMMs' rate;
 - `tokens_per_s_bf16`, `bf16_speedup` (over the fast fp32 step) and `mfu_bf16` (over the bf16
   matmul peak). Under autocast the fused C++ MoE, GLU and head kernels step aside (they are fp32),
   so this column says what bf16 buys as the code stands.
@@ -110,6 +112,14 @@ def training_step(
     return step, forward_backward
 
 
+def core_flops_share(model_cfg: ModelConfig, seq_len: int) -> float:
+    """Fraction of the training FLOPs in the attention and KDA cores (`accounting`): FLOPs the
+    fused kernels do outside aten's GEMMs, with a softmax or decay per few multiply-adds, which
+    `gemm_bound` nonetheless prices at the GEMMs' rate."""
+    terms = accounting.flops_breakdown(model_cfg, seq_len)
+    return float((terms["mla_core"] + terms["kda_core"]) / sum(terms.values()))
+
+
 def gemm_rate(forward_backward: Callable[[], None]) -> float:
     """FLOP/s of a forward+backward's aten GEMMs, each run alone (`gemm_bound.py`)."""
     timed = time_gemms(record_gemms(forward_backward))
@@ -140,6 +150,7 @@ def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks:
         "num_layers": model_cfg.num_layers,
         "n_active": accounting.num_params_active(model_cfg),
         "flops_per_token": flops_per_token,
+        "core_flops_share": core_flops_share(model_cfg, shape.seq_len),
         "tokens_per_s_reference": rates["reference"],
         "tokens_per_s": rates["fast"],
         "speedup_vs_reference": seconds["reference"] / seconds["fast"],
@@ -257,17 +268,24 @@ def markdown(result: dict) -> str:
         f"{peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s.",
         "",
         "| model | N_active | reference tokens/s | fast tokens/s | speedup | MFU | GEMM bound "
-        "| MFU / GEMM bound | bf16 tokens/s | bf16 / fp32 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| MFU / GEMM bound | core FLOPs | bf16 tokens/s | bf16 / fp32 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in (r for r in result["runs"] if r["shape"] == STUDY.name):
         lines.append(
             f"| {r['name']} | {r['n_active']:,} | {r['tokens_per_s_reference']:,.0f} "
             f"| {r['tokens_per_s']:,.0f} | {r['speedup_vs_reference']:.2f}x | {r['mfu']:.1%} "
             f"| {r['gemm_bound']:.1%} | {r['mfu_over_gemm_bound']:.2f} "
-            f"| {r['tokens_per_s_bf16']:,.0f} | {r['bf16_speedup']:.2f}x |"
+            f"| {r['core_flops_share']:.0%} | {r['tokens_per_s_bf16']:,.0f} "
+            f"| {r['bf16_speedup']:.2f}x |"
         )
-    lines.append("")
+    lines += [
+        "",
+        "Core FLOPs: the share of the training FLOPs in the attention and KDA cores, which the "
+        "fused kernels compute with a softmax or decay per few multiply-adds; the GEMM bound "
+        "prices them at the GEMMs' rate.",
+        "",
+    ]
     for family in ("k2", "k3"):
         entry = result["summary"][f"{family}-{STUDY.name}"]
         speedup, ratio = entry["min_speedup_vs_reference"], entry["mfu_over_gemm_bound_at_largest"]

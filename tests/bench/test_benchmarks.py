@@ -9,8 +9,11 @@ import math
 import pytest
 
 from k3scale.bench.sweep import markdown as sweep_markdown
+from k3scale.bench.train import core_flops_share
 from k3scale.bench.train import markdown as train_markdown
 from k3scale.cli import main
+from k3scale.models import accounting
+from k3scale.models.presets import get_preset
 
 
 def bench_json(name: str, capsys) -> dict:
@@ -20,6 +23,16 @@ def bench_json(name: str, capsys) -> dict:
 
 def positive(x) -> bool:
     return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def test_core_flops_share_is_the_attention_and_kda_cores_part():
+    k2, k3 = get_preset("k2-s3"), get_preset("k3-s3")
+    for cfg in (k2, k3):
+        terms = accounting.flops_breakdown(cfg, 256)
+        core = float((terms["mla_core"] + terms["kda_core"]) / sum(terms.values()))
+        assert core_flops_share(cfg, 256) == pytest.approx(core) and 0 < core < 1
+    assert accounting.flops_breakdown(k2, 256)["kda_core"] == 0  # K2: attention only
+    assert core_flops_share(k2, 512) > core_flops_share(k2, 256)  # the cores grow with context
 
 
 def test_kda_prints_speedups_and_layer_ratios(capsys):
