@@ -19,6 +19,7 @@ when a block differs from what its source makes now (tests/analysis runs the sam
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import re
@@ -28,6 +29,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "analysis" / "README.md"
+# Sources that are one JSON file, and the module whose `markdown(dict)` renders it.
+JSON_SOURCES = {
+    "calibration ": "k3scale.bench.calibrate",
+    "bench sweep ": "k3scale.bench.sweep",
+    "bench train ": "k3scale.bench.train",
+}
 BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 
 
@@ -75,18 +82,10 @@ def render(source: str) -> str:
         from k3scale.scaling.batch_check import markdown
 
         return markdown(batch_check(*source.removeprefix("batch check ").split()))
-    if source.startswith("bench sweep "):
-        from k3scale.bench.sweep import markdown as sweep_markdown
-
-        return sweep_markdown(json.loads((ROOT / source.removeprefix("bench sweep ")).read_text()))
-    if source.startswith("bench train "):
-        from k3scale.bench.train import markdown as train_markdown
-
-        return train_markdown(json.loads((ROOT / source.removeprefix("bench train ")).read_text()))
-    if source.startswith("calibration "):
-        from k3scale.bench.calibrate import markdown
-
-        return markdown(json.loads((ROOT / source.removeprefix("calibration ")).read_text()))
+    for prefix, module in JSON_SOURCES.items():
+        if source.startswith(prefix):
+            markdown = importlib.import_module(module).markdown
+            return markdown(json.loads((ROOT / source.removeprefix(prefix)).read_text()))
     from k3scale.cli import main
 
     words = shlex.split(source)
