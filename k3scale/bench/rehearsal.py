@@ -295,7 +295,7 @@ class Rehearsal:
         experiment = client.get_experiment_by_name(name)
         if experiment is None:  # the study never started
             return {"finished": 0, "duplicated": 0, "running": 0, "abandoned_attempts": 0,
-                    "retried": []}  # fmt: skip
+                    "untagged": 0, "retried": []}  # fmt: skip
         runs = client.search_runs([experiment.experiment_id], max_results=1000)
         trials = [r for r in runs if schema.TAG_TRIAL in r.data.tags]
         finished = [r for r in trials if r.info.status == "FINISHED"]
@@ -305,6 +305,8 @@ class Rehearsal:
             "duplicated": len(keys) - len(set(keys)),
             "running": sum(r.info.status == "RUNNING" for r in trials),
             "abandoned_attempts": sum(r.info.status == "FAILED" for r in trials),
+            # A run that does not say which trial it was (its tags lost to a server restart).
+            "untagged": len(runs) - len(trials),
             "retried": [
                 {
                     "trial": r.data.tags[schema.TAG_TRIAL],
@@ -365,6 +367,9 @@ class Rehearsal:
                 r["mlflow"]["finished"] == expected and r["mlflow"]["duplicated"] == 0
             )
             checks[f"{name}: no MLflow run left running"] = r["mlflow"]["running"] == 0
+            checks[f"{name}: every MLflow run says which trial it was"] = (
+                r["mlflow"]["untagged"] == 0
+            )
             checks[f"{name}: refit and dashboard from the exported tables alone"] = (
                 r["offline"]["fit_exit"] == 0
                 and r["offline"]["dashboard_exit"] == 0

@@ -112,15 +112,37 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
     fits, fit_note = _load_fits(fit_path, runs)
     study = _study_name(runs)
     chosen = load_layout(layout, study)
-    inputs = DashboardInputs(runs=runs, curves=curves, fits=fits, metric=metric)
+    placed, unplaced_note = _placed_runs(runs, tables)
+    inputs = DashboardInputs(runs=placed, curves=curves, fits=fits, metric=metric)
     page = build_panels(chosen, inputs)
     provenance = _provenance(runs, tables, study, fit_note)
     title = f"{chosen.title} — {study}"
-    notes = [*page.skipped, *fits.notes]
+    notes = [*unplaced_note, *page.skipped, *fits.notes]
     html = render_page(
         title, provenance, page.panels, notes, inline_js=js == "inline", headline=fits.headline
     )
     return html, page.panels, notes
+
+
+def _placed_runs(runs, tables: Path):
+    """The runs a figure can place (arch and schedule known), and a note naming the others.
+
+    A run with neither is an attempt whose MLflow run was created but whose tags never arrived
+    (the server went down in between); it stays in the exported table, and out of the figures.
+    """
+    import polars as pl
+
+    known = pl.col("arch").is_not_null() & pl.col("schedule").is_not_null()
+    placed, unplaced = runs.filter(known), runs.filter(~known)
+    if placed.is_empty():
+        raise K3ScaleError(f"no run in {tables} has an arch and schedule to plot it by")
+    if unplaced.is_empty():
+        return placed, []
+    ids = ", ".join(f"{r['run_id']} ({r['status']})" for r in unplaced.iter_rows(named=True))
+    note = (
+        f"{unplaced.height} run(s) without an arch or schedule tag left out of the figures: {ids}"
+    )
+    return placed, [note]
 
 
 def _study_name(runs) -> str:

@@ -92,14 +92,14 @@ class RunTracker:
         # logged step replays those steps, and must not log them twice (issue 23).
         self._logged_through: dict[str, int] = {}
         if run_id is None:
-            self._start(experiment, run_name)
+            self._start(experiment, run_name, tags)
         else:
             self._resume(run_id)
         self._record({"type": "params", "params": flatten_params(params)})
         self._record({"type": "tags", "tags": {k: str(v) for k, v in tags.items()}})
         self.flush()
 
-    def _start(self, experiment: str, run_name: str | None) -> None:
+    def _start(self, experiment: str, run_name: str | None, tags: dict[str, str]) -> None:
         if self.replica_path.exists():
             raise K3ScaleError(
                 f"{self.replica_path} already exists: each run needs its own replica directory "
@@ -110,8 +110,14 @@ class RunTracker:
             self.run_id = uuid.uuid4().hex
         else:
             experiment_id = self._call_at_start(sending.experiment_id_for, self._client, experiment)
+            # The tags go with the run's creation: should the server die before the first flush,
+            # the run it leaves behind still says which trial and attempt it was (issue 22).
             run = self._call_at_start(
-                self._client.create_run, experiment_id, start_time=start_time, run_name=run_name
+                self._client.create_run,
+                experiment_id,
+                start_time=start_time,
+                tags={k: str(v) for k, v in tags.items()},
+                run_name=run_name,
             )
             self.run_id = run.info.run_id
         self.mlflow_run_id = self.run_id if self._client else None

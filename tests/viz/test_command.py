@@ -102,6 +102,30 @@ def test_unsupported_figures_are_listed_not_fatal(tmp_path, capsys):
     assert "Figures the data could not support" in out.read_text(encoding="utf-8")
 
 
+def test_attempts_the_server_lost_mid_start_are_named_not_fatal(tmp_path, capsys):
+    """Two failed attempts of a server restart: one whose tags never arrived (no arch, nothing
+    else), and one created with its tags whose params never arrived (no size, LR or N)."""
+    runs = pl.read_parquet(DATA / "runs.parquet")
+    untagged = {"run_id": "lost-tags", "status": "failed"}
+    tagged = {
+        **{k: runs.row(0, named=True)[k] for k in ("study", "cell", "trial", "arch", "schedule")},
+        **{"run_id": "lost-params", "status": "failed"},
+    }
+    with_lost = pl.concat([runs, pl.DataFrame([untagged, tagged])], how="diagonal_relaxed")
+    with_lost.write_parquet(tmp_path / "runs.parquet")
+    shutil.copy(DATA / "curves.parquet", tmp_path / "curves.parquet")
+    out = tmp_path / "page.html"
+    assert main(["dashboard", "--from", str(tmp_path), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "1 run(s) without an arch or schedule tag left out of the figures: lost-tags (failed)"
+        in said
+    )
+    assert "lost-params" not in said
+    page = out.read_text(encoding="utf-8")
+    assert f"<td>runs</td><td>{runs.height + 2}</td>" in page and "lost-tags (failed)" in page
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
