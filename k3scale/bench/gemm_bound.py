@@ -72,15 +72,19 @@ def _product_flops(tensors: list[TensorSpec]) -> int:
     return 2 * math.prod(left.shape) * right.shape[-1]
 
 
-class _GemmRecorder(TorchDispatchMode):
+class GemmRecorder(TorchDispatchMode):
+    """Notes every aten GEMM while active, except while `paused` is above zero (a caller timing
+    an enclosing call some other way)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[GemmCall] = []
+        self.paused = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if name in GEMM_OPS:
+        if name in GEMM_OPS and not self.paused:
             specs = tuple(_spec(a) for a in args)
             factors = [s for s in specs if isinstance(s, TensorSpec)]
             self.calls.append(
@@ -96,14 +100,15 @@ class _GemmRecorder(TorchDispatchMode):
 
 def record_gemms(fn: Callable[[], object]) -> list[GemmCall]:
     """Every aten GEMM `fn()` runs, in order."""
-    recorder = _GemmRecorder()
+    recorder = GemmRecorder()
     with recorder:
         fn()
     return recorder.calls
 
 
-def _best_seconds_per_call(call: GemmCall, seconds: float) -> float:
-    run = call.run_alone()
+def best_seconds_per_call(run: Callable[[], object], seconds: float) -> float:
+    """The best mean time per call of `run` over three windows of `seconds / 3` (after one
+    warm-up call): the call alone and hot in cache."""
     run()
     best = math.inf
     for _ in range(3):
@@ -122,7 +127,9 @@ def time_gemms(calls: list[GemmCall], seconds_per_call: float = 0.03) -> dict:
         `{"seconds": s, "flops": total FLOPs, "calls": n, "distinct": n}`.
     """
     counts = Counter(calls)
-    seconds = sum(n * _best_seconds_per_call(call, seconds_per_call) for call, n in counts.items())
+    seconds = sum(
+        n * best_seconds_per_call(call.run_alone(), seconds_per_call) for call, n in counts.items()
+    )
     return {
         "seconds": seconds,
         "flops": sum(call.flops for call in calls),

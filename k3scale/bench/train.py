@@ -19,6 +19,11 @@ Columns per model:
   experts outside aten's GEMMs, so summing the recorded GEMMs' time would leave their FLOPs out;
 - `core_flops_share`: the fraction of those FLOPs in the attention and KDA cores, which run in
   the fused kernels, not at the GEMMs' rate;
+- `kernel_bound`: the MFU of a step that were nothing but its aten GEMMs and fused C++ kernel
+  calls, each timed alone (`kernel_bound.py`), the optimizer's included; `mfu_over_kernel_bound`
+  is the share of the measured step those take, the rest being the small ops and Python between
+  them; `compute_s` holds the parts (GEMMs, then each kernel) in seconds per step, and
+  `attention_kernel_gflops` the causal attention kernel's rate on the MLA cores' FLOPs;
 - `tokens_per_s_bf16`, `bf16_speedup` (over the fast fp32 step) and `mfu_bf16` (over the bf16
   matmul peak). Under autocast the fused C++ MoE, GLU and head kernels step aside (they are fp32),
   so this column says what bf16 buys as the code stands.
@@ -40,6 +45,7 @@ from dataclasses import dataclass
 import torch
 
 from k3scale.bench.gemm_bound import record_gemms, time_gemms
+from k3scale.bench.kernel_bound import time_compute
 from k3scale.bench.timing import median_times
 from k3scale.config import OptimConfig
 from k3scale.models import accounting
@@ -126,6 +132,25 @@ def gemm_rate(forward_backward: Callable[[], None]) -> float:
     return timed["flops"] / timed["seconds"]
 
 
+def kernel_columns(
+    model_cfg: ModelConfig, shape: Shape, step: Callable[[], None], step_s: float, peak: float
+) -> dict:
+    """The kernel bound's columns for one fast step that took `step_s` (median)."""
+    timed = time_compute(step)
+    tokens = shape.batch_size * shape.seq_len
+    flops = accounting.flops_per_token(model_cfg, shape.seq_len) * tokens
+    attention_s = sum(
+        s for name, s in timed["kernel_seconds"].items() if name.startswith("causal_attention")
+    )
+    mla_flops = accounting.flops_breakdown(model_cfg, shape.seq_len)["mla_core"] * tokens
+    return {
+        "kernel_bound": flops / timed["seconds"] / peak,
+        "mfu_over_kernel_bound": timed["seconds"] / step_s,
+        "compute_s": {"step": step_s, "gemms": timed["gemm_seconds"], **timed["kernel_seconds"]},
+        "attention_kernel_gflops": float(mla_flops) / attention_s / 1e9 if attention_s else None,
+    }
+
+
 def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks: dict) -> dict:
     """Interleaved reference, fast and fast-bf16 steps of one model; the columns above."""
     fast_cfg = dataclasses.replace(model_cfg, backend="cpu")
@@ -157,6 +182,7 @@ def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks:
         "mfu": fp32_mfu,
         "gemm_bound": gemm_bound,
         "mfu_over_gemm_bound": fp32_mfu / gemm_bound,
+        **kernel_columns(model_cfg, shape, built["fast"][0], seconds["fast"], peaks["fp32"]),
         "tokens_per_s_bf16": rates["fast_bf16"],
         "bf16_speedup": seconds["fast"] / seconds["fast_bf16"],
         "mfu_bf16": mfu(flops_per_token, rates["fast_bf16"], peaks["bf16"]),
@@ -215,6 +241,7 @@ def summary(runs: list[dict]) -> dict:
                 ),
                 "largest": largest["name"],
                 "mfu_over_gemm_bound_at_largest": largest["mfu_over_gemm_bound"],
+                "mfu_over_kernel_bound_at_largest": largest["mfu_over_kernel_bound"],
             }
     return out
 
@@ -232,15 +259,16 @@ def render(result: dict) -> str:
         f"{result['cpu_count']} CPUs",
         "",
         f"{'model':<14} {'shape':<6} {'N_active':>9} {'ref tok/s':>9} {'tok/s':>7} "
-        f"{'speedup':>7} {'MFU':>6} {'GEMM bnd':>8} {'MFU/bnd':>7} {'bf16 tok/s':>10} "
-        f"{'bf16 x':>6}",
+        f"{'speedup':>7} {'MFU':>6} {'GEMM bnd':>8} {'MFU/bnd':>7} {'kern bnd':>8} "
+        f"{'MFU/kbnd':>8} {'bf16 tok/s':>10} {'bf16 x':>6}",
     ]
     for r in result["runs"]:
         lines.append(
             f"{r['name']:<14} {r['shape']:<6} {r['n_active']:>9,} "
             f"{r['tokens_per_s_reference']:>9,.0f} {r['tokens_per_s']:>7,.0f} "
             f"{r['speedup_vs_reference']:>6.2f}x {r['mfu']:>6.1%} {r['gemm_bound']:>8.1%} "
-            f"{r['mfu_over_gemm_bound']:>7.2f} {r['tokens_per_s_bf16']:>10,.0f} "
+            f"{r['mfu_over_gemm_bound']:>7.2f} {r['kernel_bound']:>8.1%} "
+            f"{r['mfu_over_kernel_bound']:>8.2f} {r['tokens_per_s_bf16']:>10,.0f} "
             f"{r['bf16_speedup']:>5.2f}x"
         )
     lines.append("")
@@ -248,11 +276,13 @@ def render(result: dict) -> str:
         lines.append(
             f"{key}: smallest speedup {entry['min_speedup_vs_reference']:.2f}x, median "
             f"{entry['median_speedup_vs_reference']:.2f}x; MFU over GEMM bound at "
-            f"{entry['largest']} {entry['mfu_over_gemm_bound_at_largest']:.2f}"
+            f"{entry['largest']} {entry['mfu_over_gemm_bound_at_largest']:.2f}, over kernel "
+            f"bound {entry['mfu_over_kernel_bound_at_largest']:.2f}"
         )
     lines.append(
         "reference: model.backend=torch; fast: model.backend=cpu (the studies' default); "
-        "GEMM bound: the rate of the step's aten GEMMs, each timed alone, over the peak"
+        "GEMM bound: the rate of the step's aten GEMMs, each timed alone, over the peak; "
+        "kernel bound: the step's GEMMs and fused kernels, each timed alone"
     )
     return "\n".join(lines)
 
@@ -286,12 +316,70 @@ def markdown(result: dict) -> str:
         "prices them at the GEMMs' rate.",
         "",
     ]
+    lines += breakdown_markdown(result)
     for family in ("k2", "k3"):
         entry = result["summary"][f"{family}-{STUDY.name}"]
         speedup, ratio = entry["min_speedup_vs_reference"], entry["mfu_over_gemm_bound_at_largest"]
         lines.append(
             f"- {family.upper()}: smallest speedup {speedup:.2f}x "
             f"(target 2.0: {'met' if speedup >= 2.0 else 'not met'}); MFU over the GEMM bound "
-            f"at {entry['largest']} {ratio:.2f} (target 0.5: {'met' if ratio >= 0.5 else 'not met'})."
+            f"at {entry['largest']} {ratio:.2f} (target 0.5: {'met' if ratio >= 0.5 else 'not met'}); "
+            f"over the kernel bound {entry['mfu_over_kernel_bound_at_largest']:.2f}."
         )
     return "\n".join(lines) + "\n"
+
+
+# The fused kernels by what they compute, for the step breakdown.
+KERNEL_GROUPS = {
+    "causal_attention": "attention",
+    "kda_recurrent": "KDA",
+    "moe_layer": "MoE",
+    "latent_moe_layer": "MoE",
+    "experts": "MoE",
+    "route": "MoE",
+    "plan_dispatch": "MoE",
+    "sequence_aux": "MoE",
+    "margin_counts": "MoE",
+}
+BREAKDOWN = ("GEMMs", "attention", "KDA", "MoE", "other kernels", "between them")
+
+
+def step_breakdown(run: dict) -> dict[str, float]:
+    """A fast step's seconds by part: aten GEMMs, the fused kernels by group (each timed alone),
+    and the rest of the measured step."""
+    parts = dict.fromkeys(BREAKDOWN, 0.0)
+    parts["GEMMs"] = run["compute_s"]["gemms"]
+    for name, seconds in run["compute_s"].items():
+        if name in ("step", "gemms"):
+            continue
+        group = next((g for k, g in KERNEL_GROUPS.items() if name.startswith(k)), "other kernels")
+        parts[group] += seconds
+    parts["between them"] = run["compute_s"]["step"] - sum(parts.values())
+    return parts
+
+
+def breakdown_markdown(result: dict) -> list[str]:
+    """Where a study rung's fast step goes, in milliseconds."""
+    lines = [
+        "| model | step ms | " + " | ".join(f"{part} ms" for part in BREAKDOWN)
+        + " | kernel bound | MFU / kernel bound | attention kernel GFLOP/s |",
+        "| --- | ---: | " + " | ".join("---:" for _ in BREAKDOWN) + " | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    for r in (r for r in result["runs"] if r["shape"] == STUDY.name):
+        parts = step_breakdown(r)
+        rate = r["attention_kernel_gflops"]
+        lines.append(
+            f"| {r['name']} | {r['compute_s']['step'] * 1e3:.1f} | "
+            + " | ".join(f"{parts[part] * 1e3:.1f}" for part in BREAKDOWN)
+            + f" | {r['kernel_bound']:.1%} | {r['mfu_over_kernel_bound']:.2f} | "
+            + (f"{rate:.1f} |" if rate else "- |")
+        )
+    return [
+        *lines,
+        "",
+        "Kernel bound: the MFU of a step that were only its aten GEMMs and fused C++ kernel calls "
+        "(the optimizer's included), each timed alone on the arguments it had in the step; "
+        '"between them" is the rest of the measured step: the small aten ops, Python and '
+        "cache misses between those calls.",
+        "",
+    ]

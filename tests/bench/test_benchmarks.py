@@ -9,7 +9,7 @@ import math
 import pytest
 
 from k3scale.bench.sweep import markdown as sweep_markdown
-from k3scale.bench.train import core_flops_share
+from k3scale.bench.train import core_flops_share, step_breakdown
 from k3scale.bench.train import markdown as train_markdown
 from k3scale.cli import main
 from k3scale.models import accounting
@@ -67,9 +67,19 @@ def test_train_prints_fast_and_reference_columns_per_model(capsys):
         )
         assert 0 < run["gemm_bound"] <= 1.5  # a rate over a peak measured apart: near 1 at most
         assert run["mfu_over_gemm_bound"] == pytest.approx(run["mfu"] / run["gemm_bound"])
+        # Every piece timed alone takes less than the step; the pieces and the rest add up.
+        assert 0 < run["kernel_bound"] < run["gemm_bound"]
+        assert 0 < run["mfu_over_kernel_bound"] < 1
+        assert run["mfu_over_kernel_bound"] == pytest.approx(run["mfu"] / run["kernel_bound"])
+        parts = step_breakdown(run)
+        assert sum(parts.values()) == pytest.approx(run["compute_s"]["step"])
+        assert parts["between them"] > 0 and parts["GEMMs"] > 0
+        assert (parts["attention"] > 0) == (run["attention_kernel_gflops"] is not None)
+        assert (parts["KDA"] > 0) == run["name"].startswith("k3")
     assert set(result["summary"]) == {"k2-demo", "k2-study", "k3-demo", "k3-study"}
     table = train_markdown(result)  # what analysis/README.md embeds from a committed run
-    assert table.count("| k2-s1 |") == table.count("| k3-s1 |") == 1 and "| k2-t3 |" not in table
+    # The columns, then where the step goes: the study rungs once in each, the demo rungs in none.
+    assert table.count("| k2-s1 |") == table.count("| k3-s1 |") == 2 and "| k2-t3 |" not in table
 
 
 @pytest.mark.slow
