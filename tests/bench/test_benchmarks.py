@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from k3scale.bench.compile import markdown as compile_markdown
 from k3scale.bench.sweep import markdown as sweep_markdown
 from k3scale.bench.train import core_flops_share, step_breakdown
 from k3scale.bench.train import markdown as train_markdown
@@ -80,6 +81,21 @@ def test_train_prints_fast_and_reference_columns_per_model(capsys):
     table = train_markdown(result)  # what analysis/README.md embeds from a committed run
     # The columns, then where the step goes: the study rungs once in each, the demo rungs in none.
     assert table.count("| k2-s1 |") == table.count("| k3-s1 |") == 2 and "| k2-t3 |" not in table
+
+
+@pytest.mark.slow
+def test_compile_prints_breaks_compile_times_and_the_ratio(capsys):
+    result = bench_json("compile", capsys)
+    assert [(r["name"], r["path"]) for r in result["runs"]] == [
+        ("k2-s1", "fast"),
+        ("k2-s1", "reference"),
+    ]
+    for run in result["runs"]:
+        assert run["graphs"] == run["graph_breaks"] + 1 >= 1
+        assert sum(run["break_reasons"].values()) <= run["graph_breaks"]
+        assert positive(run["first_step_cold_cache_s"]) and positive(run["first_step_warm_cache_s"])
+        assert run["compiled_over_eager"] == pytest.approx(run["compiled_ms"] / run["eager_ms"])
+    assert f"| k2-s1 | fast | {result['runs'][0]['graphs']} |" in compile_markdown(result)
 
 
 @pytest.mark.slow
