@@ -8,6 +8,7 @@ A generated block sits between two comments; the first names its source:
     <!-- generated: batch check analysis/results/batch_check 7 -->   (its folders, batch 7 the reference)
     <!-- generated: bench train analysis/results/bench/train.json -->   (a `k3scale bench train --json`)
     <!-- generated: bench sweep analysis/results/bench/sweep.json -->   (a `k3scale bench sweep --json`)
+    <!-- generated: bench compile analysis/results/bench/compile.json -->   (a `k3scale bench compile --json`)
     ...
     <!-- end generated -->
 
@@ -34,6 +35,7 @@ JSON_SOURCES = {
     "calibration ": "k3scale.bench.calibrate",
     "bench sweep ": "k3scale.bench.sweep",
     "bench train ": "k3scale.bench.train",
+    "bench compile ": "k3scale.bench.compile",
 }
 BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 
