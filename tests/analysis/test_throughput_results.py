@@ -1,0 +1,55 @@
+"""The committed throughput results (analysis/results/bench) bear out what analysis/README.md's
+"Throughput" prose says of them; the numbers themselves are generated blocks
+(test_readme_tables)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k3scale.bench.train import step_breakdown
+
+RESULTS = Path(__file__).resolve().parents[2] / "analysis" / "results" / "bench"
+
+
+@pytest.fixture(scope="module")
+def train() -> dict:
+    return json.loads((RESULTS / "train.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    return json.loads((RESULTS / "compile.json").read_text())
+
+
+def test_attention_is_the_largest_timed_part_of_every_k2_rung(train):
+    rungs = [r for r in train["runs"] if r["shape"] == "study" and r["name"].startswith("k2")]
+    assert len(rungs) == 3
+    for run in rungs:
+        parts = step_breakdown(run)
+        between = parts.pop("between them")
+        assert max(parts, key=parts.get) == "attention", (run["name"], parts, between)
+
+
+def test_the_attention_kernel_runs_well_below_the_gemm_rate(train):
+    gemm_gflops = train["matmul_peak_flops"]["fp32"] / 1e9
+    for run in (r for r in train["runs"] if r["attention_kernel_gflops"] is not None):
+        gemm_rate = run["gemm_bound"] * gemm_gflops
+        assert run["attention_kernel_gflops"] < gemm_rate / 2, run["name"]
+
+
+def test_compiling_does_not_pay_and_a_warm_compile_exceeds_the_fixed_cost_target(compiled):
+    fast = [r for r in compiled["runs"] if r["path"] == "fast"]
+    assert {r["name"] for r in fast} == {"k2-s1", "k3-s1"}
+    for run in fast:
+        assert run["compiled_over_eager"] > 1, run["name"]
+        assert run["first_step_warm_cache_s"] > 2.0, run["name"]
+        # The most frequent break is the kernels' availability check.
+        most = max(run["break_reasons"], key=run["break_reasons"].get)
+        assert "get_cpu_capability" in most, run["name"]
+    # Even compiled, the reference path stays slower than the fast path uncompiled.
+    eager = {r["name"]: r["eager_ms"] for r in fast}
+    for run in (r for r in compiled["runs"] if r["path"] == "reference"):
+        assert run["compiled_ms"] > eager[run["name"]], run["name"]
