@@ -124,23 +124,29 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
     return html, page.panels, notes
 
 
-def _placed_runs(runs, tables: Path):
-    """The runs a figure can place (arch and schedule known), and a note naming the others.
+# What every figure places a run by: its tags (arch, schedule) and its params (LR, batch, size).
+PLACED_BY = ("arch", "schedule", "lr", "batch_size", "n_active")
 
-    A run with neither is an attempt whose MLflow run was created but whose tags never arrived
-    (the server went down in between); it stays in the exported table, and out of the figures.
+
+def _placed_runs(runs, tables: Path):
+    """The runs a figure can place, and a note naming the others.
+
+    A run missing any of PLACED_BY is an attempt whose MLflow run was created but whose tags or
+    params never arrived (the server went down in between); it stays in the exported table and
+    in the run count, and out of the figures.
     """
     import polars as pl
 
-    known = pl.col("arch").is_not_null() & pl.col("schedule").is_not_null()
+    known = pl.all_horizontal([pl.col(column).is_not_null() for column in PLACED_BY])
     placed, unplaced = runs.filter(known), runs.filter(~known)
     if placed.is_empty():
-        raise K3ScaleError(f"no run in {tables} has an arch and schedule to plot it by")
+        raise K3ScaleError(f"no run in {tables} has the {', '.join(PLACED_BY)} to plot it by")
     if unplaced.is_empty():
         return placed, []
     ids = ", ".join(f"{r['run_id']} ({r['status']})" for r in unplaced.iter_rows(named=True))
     note = (
-        f"{unplaced.height} run(s) without an arch or schedule tag left out of the figures: {ids}"
+        f"{unplaced.height} run(s) without the {', '.join(PLACED_BY)} the figures place them by "
+        f"left out of the figures: {ids}"
     )
     return placed, [note]
 

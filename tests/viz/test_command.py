@@ -117,13 +117,26 @@ def test_attempts_the_server_lost_mid_start_are_named_not_fatal(tmp_path, capsys
     out = tmp_path / "page.html"
     assert main(["dashboard", "--from", str(tmp_path), "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    assert (
-        "1 run(s) without an arch or schedule tag left out of the figures: lost-tags (failed)"
-        in said
-    )
-    assert "lost-params" not in said
+    assert "2 run(s) without the arch, schedule, lr, batch_size, n_active" in said
+    assert "left out of the figures: lost-tags (failed), lost-params (failed)" in said
     page = out.read_text(encoding="utf-8")
-    assert f"<td>runs</td><td>{runs.height + 2}</td>" in page and "lost-tags (failed)" in page
+    assert f"<td>runs</td><td>{runs.height + 2}</td>" in page and "lost-params (failed)" in page
+
+
+def test_an_attempt_without_params_leaves_the_study_layout_whole(tmp_path, capsys):
+    """The committed cosine_vs_wsd (cpu_v2) tables plus a failed attempt that has its tags and
+    nothing else: the LR-batch landscape sorted its batch sizes, and a missing one crashed it."""
+    source = Path(__file__).resolve().parents[2] / "analysis/results/cosine_vs_wsd-cpu_v2"
+    runs = pl.read_parquet(source / "runs.parquet")
+    tags = ("study", "cell", "trial", "arm", "arch", "schedule", "size", "budget_tokens")
+    attempt = {k: runs.row(0, named=True)[k] for k in tags} | {"run_id": "x", "status": "failed"}
+    pl.concat([runs, pl.DataFrame([attempt])], how="diagonal_relaxed").write_parquet(
+        tmp_path / "runs.parquet"
+    )
+    shutil.copy(source / "curves.parquet", tmp_path / "curves.parquet")
+    out = tmp_path / "page.html"
+    assert main(["dashboard", "--from", str(tmp_path), "--out", str(out)]) == 0
+    assert "left out of the figures: x (failed)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
