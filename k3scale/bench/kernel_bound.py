@@ -111,8 +111,9 @@ def time_kernels(calls: list[KernelCall], seconds_per_call: float = 0.03) -> dic
     by_layout: dict[tuple, KernelCall] = {}
     counts: Counter = Counter()
     for call in calls:
-        by_layout.setdefault(call.layout(), call)
-        counts[call.layout()] += 1
+        layout = call.layout()
+        by_layout.setdefault(layout, call)
+        counts[layout] += 1
     seconds: dict[str, float] = {}
     for layout, call in by_layout.items():
         alone = best_seconds_per_call(call.run_alone(), seconds_per_call)
