@@ -15,6 +15,8 @@ version=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unversioned)
 start=$(date +%s)
 bash scripts/setup.sh
 echo "== setup done in $(( $(date +%s) - start )) s"
+# Which path training takes, in one line a person sees (a SLOW PATH line says why and the cost).
+.venv/bin/python -c "from k3scale.ops.cpu.build import slow_path_notice, status; print('==', slow_path_notice() or status())"
 k3=.venv/bin/k3scale
 $k3 data prepare
 for study in cosine_vs_wsd k2_vs_k3; do

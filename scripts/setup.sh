@@ -16,6 +16,6 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch==2.13.0 is pinned exactly in pyproject.toml: pip takes the CPU wheel on local disk.
 .venv/bin/python -m pip install -q -e '.[dev,kernels,export]'
-# Build the fused CPU kernels (k3scale/ops/cpu) into torch's extension cache now, so the first
-# run does not pay the minute of compiling; without a compiler the torch paths are used.
+# Build the fused CPU kernels (k3scale/ops/cpu/build.py) for this CPU now, ahead of any run, so
+# no trial compiles; without a compiler (or AVX2) the torch paths are used, and runs say so.
 .venv/bin/python -c "from k3scale.ops.cpu.build import status; print(status())"

@@ -16,6 +16,19 @@ def pytest_configure(config) -> None:
     set_entry_environment()
 
 
+def require_fused_kernels():
+    """The built kernels module. Where torch reports a capability the kernels are not built for
+    (no AVX2, aarch64) the calling test is skipped; where they are, a failed build fails it."""
+    from k3scale.ops.cpu.build import CAPABILITY_FLAGS, kernel_path, load
+
+    path = kernel_path()
+    if path.capability not in CAPABILITY_FLAGS:
+        pytest.skip(f"no fused kernels for this CPU ({path.reason})")
+    module = load()
+    assert module is not None, path.reason
+    return module
+
+
 @pytest.fixture(scope="session")
 def mlflow_local_server(tmp_path_factory):
     """The session's `LocalServer` (`.url`, `.pid`, `.log_path`); stopped by pid at the end."""

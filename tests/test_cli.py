@@ -100,7 +100,7 @@ FROZEN = {
     "k3scale data prepare": "--bin --force --help --name --ood --out --seed --text --vocab-size -h",
     "k3scale data verify": "--help --root -h <dataset>",
     "k3scale export": "--experiment --help --out --replicas --tracking-uri -h",
-    "k3scale fit": "--at --baseline --bootstrap --compute-col --d-col --exclude-col --experiment "
+    "k3scale fit": "--at --baseline --bootstrap --check --compute-col --d-col --exclude-col --experiment "
     "--from --grid --group-col --help --json --loss --loss-col --n-col --out "
     "--replicas --seed --tracking-uri --workers -h <analysis> <csv>",
     "k3scale model": "--help -h",

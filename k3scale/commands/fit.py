@@ -19,6 +19,7 @@ from pathlib import Path
 from k3scale.errors import K3ScaleError
 
 GENERIC = ("surface", "frontier")
+MAX_SHOWN_DIFFERENCES = 20
 # Study declarations: what each study (and its recipe of the same name) compares.
 PROJECT_STUDIES = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -47,6 +48,12 @@ def register(sub) -> None:
     recipe.add_argument("--tracking-uri", help="MLflow tracking URI (with --from mlflow)")
     recipe.add_argument("--replicas", help="replica folder, fallback for --from mlflow")
     recipe.add_argument("--out", help="fit artifact path (JSON)")
+    recipe.add_argument(
+        "--check",
+        metavar="FIT_JSON",
+        help="then compare --out with this artifact (the CPU-independent rule of "
+        "k3scale/scaling/reproduce.py); exit 1 unless it is reproduced",
+    )
     recipe.add_argument("--loss", default="final_val_ood_loss", help="loss column of the runs")
     recipe.add_argument(
         "--grid",
@@ -224,7 +231,32 @@ def _fit_recipe(args, workers: int) -> int:
     }
     path = artifact.write_artifact(Path(args.out), payload)
     print(f"wrote {path} ({runs.height} runs, table {payload['provenance']['table_hash'][:12]})")
-    return 0
+    return _check_reproduced(path, Path(args.check)) if args.check else 0
+
+
+def _check_reproduced(refit: Path, committed: Path) -> int:
+    import json
+
+    from k3scale.scaling.reproduce import RELATIVE_TOLERANCE, compare_artifacts
+
+    try:
+        expected = json.loads(committed.read_text())
+    except (OSError, ValueError) as error:
+        raise K3ScaleError(
+            f"fit --check {committed}: not a readable fit artifact ({error})"
+        ) from None
+    comparison = compare_artifacts(json.loads(refit.read_text()), expected)
+    if comparison.reproduced:
+        print(
+            f"reproduced {committed}: {comparison.numbers_checked} numbers within "
+            f"{RELATIVE_TOLERANCE:g} relative, {len(comparison.verdict_only)} fits the data "
+            "cannot identify by their verdicts"
+        )
+        return 0
+    shown = comparison.differences[:MAX_SHOWN_DIFFERENCES]
+    print(f"NOT reproduced {committed}: {len(comparison.differences)} difference(s)")
+    print("\n".join(f"  {line}" for line in shown))
+    return 1
 
 
 def _read_tables(args):

@@ -366,6 +366,7 @@ def _report(args) -> int:
     import json
     from pathlib import Path
 
+    from k3scale.ops.cpu.build import KernelPath
     from k3scale.scaling.headline import headline_lines, markdown_tables
     from k3scale.sweep.declaration import load_study
     from k3scale.sweep.run import STUDY_JSON, default_study_dir
@@ -388,6 +389,8 @@ def _report(args) -> int:
             f"trials: {_trial_counts(record['trials'])}; utilization "
             f"{record['utilization']:.2f}, sweep {record['sweep_s'] / 60:.1f} min"
         )
+    if path := record.get("kernel_path"):
+        print(f"kernel path: {KernelPath(**path).describe()}")
     for line in headline_lines(json.loads(fit_path.read_text())):
         print(line)
     if page.exists():

@@ -80,8 +80,12 @@ def run_train(args) -> int:
     if args.dry_run:
         print(describe_run(cfg))
         return 0
+    from k3scale.ops.cpu.build import slow_path_notice
     from k3scale.train import train
+    from k3scale.train.device import run_device
 
+    if run_device(cfg).type == "cpu" and (notice := slow_path_notice()):
+        print(f"k3scale train: {notice}", file=sys.stderr)
     result = train(cfg, resume=not args.no_resume)
     print(
         f"{result.status}: {result.steps} steps, {result.tokens:,} tokens, "

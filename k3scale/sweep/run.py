@@ -16,10 +16,12 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from k3scale.errors import K3ScaleError
+from k3scale.ops.cpu.build import kernel_path, slow_path_notice
 from k3scale.sweep import reaper
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.driver import Driver, SweepContext, default_slots
@@ -99,6 +101,8 @@ def run_study(
     folder.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{folder / 'optuna.db'}"
     identity = check_identity(storage, current_identity(fingerprint), allow_code_change, log)
+    if notice := slow_path_notice():
+        log(notice)
     previous = _read_json(folder / STUDY_JSON) or {}
     record = {
         "study": study.name,
@@ -108,6 +112,7 @@ def run_study(
         "storage": without_password(storage),
         "data_fingerprint": fingerprint,
         "identity": identity,
+        "kernel_path": asdict(kernel_path()),
         "cells": [c.key for c in plan_cells(study, preset)],
         "planned": estimate_cost(study, preset),
     }

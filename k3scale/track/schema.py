@@ -27,6 +27,11 @@ TAG_VERSION_CUDA = "k3scale.version.cuda"
 TAG_DEVICE = "k3scale.device"
 TAG_VERSION_PYTHON = "k3scale.version.python"
 TAG_HOSTNAME = "k3scale.hostname"
+# Which path the run's CPU ops took ("fused" C++ kernels or "torch"), and the CPU capability
+# torch reports ("AVX512", "AVX2", "DEFAULT", ...). Tags, not params: a trial retried on another
+# node may take another path, and MLflow refuses a changed param value.
+TAG_KERNEL_PATH = "k3scale.kernel_path"
+TAG_CPU_CAPABILITY = "k3scale.cpu_capability"
 # Set by a sweep's trial task: which attempt of the trial this is (1 = first; a retry after its
 # node died or its process was killed counts up) and the Ray node that ran the latest attempt.
 TAG_ATTEMPT = "k3scale.attempt"

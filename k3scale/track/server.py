@@ -85,13 +85,35 @@ def ensure_schema(db_path: Path) -> None:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = db_path.with_name(db_path.name + ".init.lock")
     with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        _lock_within(lock, lock_path, SCHEMA_LOCK_WAIT_S)
         if not _has_schema(db_path):
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
             artifacts = db_path.parent / "artifacts"
             store = SqlAlchemyStore(sqlite_uri(db_path), artifacts.as_uri())
             store.engine.dispose()
+
+
+# The kernel drops an flock when its holder dies, so only a live, stuck holder can keep it; the
+# schema takes seconds to create, so two minutes means the holder is stuck.
+SCHEMA_LOCK_WAIT_S = 120.0
+LOCK_POLL_S = 0.1
+
+
+def _lock_within(handle, path: Path, wait_s: float) -> None:
+    """Take an exclusive flock on `handle`, or raise K3ScaleError after `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise K3ScaleError(
+                    f"{path} stayed locked for {wait_s:.0f} s by a process creating the MLflow "
+                    "schema: end that process (fuser -v on the file names it) and run again"
+                ) from None
+            time.sleep(LOCK_POLL_S)
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -29,6 +29,7 @@ from k3scale.errors import K3ScaleError
 from k3scale.models import accounting, build_model
 from k3scale.models.balancing import update_balancing
 from k3scale.models.model import mla_modules
+from k3scale.ops.cpu.build import kernel_path
 from k3scale.optim.muon import build_optimizer
 from k3scale.optim.qk_clip import qk_clip
 from k3scale.optim.schedules import StepLRs
@@ -453,6 +454,7 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path, device:
         # A previous attempt in this folder died before its first checkpoint: start over cleanly.
         abandon_attempt(out_dir, cfg.track.tracking_uri)
     hash_ = config_hash(cfg)
+    kernel = kernel_path()
     tags = {
         schema.TAG_CONFIG_HASH: hash_,
         schema.TAG_DATA_FINGERPRINT: dataset.fingerprint,
@@ -460,6 +462,8 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path, device:
         schema.TAG_BUDGET_TOKENS: str(cfg.train.budget_tokens),
         schema.TAG_SCHEDULE: cfg.schedule.kind,
         schema.TAG_BACKEND: cfg.model.backend,
+        schema.TAG_KERNEL_PATH: kernel.name,
+        schema.TAG_CPU_CAPABILITY: kernel.capability,
         **provenance(),
         **dict(cfg.track.tags),
         **(extra_tags or {}),

@@ -17,11 +17,6 @@ RESULTS = Path(__file__).resolve().parents[2] / "analysis" / "results"
 FOLDERS = sorted(p for p in RESULTS.glob("*") if (p / "runs.parquet").exists())
 
 
-def without_code_version(doc: dict) -> dict:
-    provenance = {k: v for k, v in doc["provenance"].items() if k != "code"}
-    return {**doc, "provenance": provenance}
-
-
 def test_there_are_committed_results_for_both_studies():
     names = {p.name.rsplit("-", 1)[0] for p in FOLDERS}
     assert {"cosine_vs_wsd", "k2_vs_k3"} <= names
@@ -31,9 +26,13 @@ def test_there_are_committed_results_for_both_studies():
 def test_fit_is_reproduced_from_the_committed_tables(folder, tmp_path):
     analysis = folder.name.rsplit("-", 1)[0]
     out = tmp_path / "fit.json"
-    assert main(["fit", analysis, "--from", str(folder), "--out", str(out)]) == 0
-    committed = json.loads((folder / "fit.json").read_text())
-    assert without_code_version(json.loads(out.read_text())) == without_code_version(committed)
+    committed = folder / "fit.json"
+    # Not bitwise: numpy's and OpenBLAS's paths differ between AVX2 and AVX-512 CPUs; the rule
+    # and why its tolerance is enough are in k3scale/scaling/reproduce.py.
+    assert (
+        main(["fit", analysis, "--from", str(folder), "--out", str(out), "--check", str(committed)])
+        == 0
+    )
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)

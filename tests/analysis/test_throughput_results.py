@@ -53,3 +53,13 @@ def test_compiling_does_not_pay_and_a_warm_compile_exceeds_the_fixed_cost_target
     eager = {r["name"]: r["eager_ms"] for r in fast}
     for run in (r for r in compiled["runs"] if r["path"] == "reference"):
         assert run["compiled_ms"] > eager[run["name"]], run["name"]
+
+
+def test_the_slow_path_notice_quotes_the_committed_speedups(train):
+    from k3scale.ops.cpu.build import FUSED_SPEEDUP_RANGE
+
+    speedups = [r["speedup_vs_reference"] for r in train["runs"] if r["shape"] == "study"]
+    assert (round(min(speedups), 1), round(max(speedups), 1)) == FUSED_SPEEDUP_RANGE
+    readme = (RESULTS.parents[2] / "README.md").read_text()
+    low, high = FUSED_SPEEDUP_RANGE
+    assert f"path's step was {low}-{high}x quicker" in readme

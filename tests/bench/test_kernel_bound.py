@@ -8,7 +8,7 @@ import torch
 from k3scale.bench.gemm_bound import GemmRecorder
 from k3scale.bench.kernel_bound import record_compute, time_compute
 from k3scale.ops.attention.causal import causal_attention
-from k3scale.ops.cpu import load, unavailable_reason
+from tests.conftest import require_fused_kernels
 
 
 def attention_then_projection() -> torch.Tensor:
@@ -21,8 +21,7 @@ def attention_then_projection() -> torch.Tensor:
 
 
 def test_records_kernels_and_gemms_and_restores_the_module():
-    module = load()
-    assert module is not None, unavailable_reason()
+    module = require_fused_kernels()
     before = module.causal_attention_forward
     gemms, kernels = record_compute(attention_then_projection)
     assert [call.name for call in kernels] == [

@@ -8,7 +8,7 @@ import torch
 
 from k3scale.models.attnres import AttnResSite, attn_res
 from k3scale.ops.attnres.fused import attn_res_fused
-from k3scale.ops.cpu import load, unavailable_reason
+from tests.conftest import require_fused_kernels
 
 # fp64: reassociation only. fp32: observed ~1e-7 relative; bound 1e-5 as for the other kernels.
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -16,10 +16,7 @@ TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
 
 @pytest.fixture(scope="module", autouse=True)
 def kernels():
-    # The CI machine has g++: a failed build must fail these tests, not skip them.
-    module = load()
-    assert module is not None, unavailable_reason()
-    return module
+    return require_fused_kernels()
 
 
 def rel(actual: torch.Tensor, expected: torch.Tensor) -> float:

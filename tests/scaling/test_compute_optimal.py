@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,29 @@ def test_both_routes_find_a_known_multiplier_from_noise_free_optima():
     assert envelope["value"] == pytest.approx(2.5, rel=0.15)
     assert surface["verdict"] == "identified"
     assert result["agreement"]["k3"][middle]["status"].startswith(("agree", "disagree"))
+
+
+def test_the_envelope_is_blind_to_rounding_in_tied_computes():
+    # The grid's N x D products tie, equal only to rounding; which rounding a CPU's exp and
+    # BLAS paths give decided the envelope's points before (3.19 for a true 2.5 on AVX-512).
+    arms = {"k2": arm("k2", TRUE), "k3": arm("k3", shifted(TRUE, 2.5))}
+    rng = np.random.default_rng(0)
+    jittered = {
+        name: dataclasses.replace(a, compute=a.compute * (1 + 1e-12 * rng.uniform(-1, 1, a.n.size)))
+        for name, a in arms.items()
+    }
+    exact, moved = (
+        [
+            m["value"]
+            for m in co.compare_arms(x, "k2", decades=1.0)["routes"]["envelope"]["multiplier"]["k3"]
+        ]
+        for x in (arms, jittered)
+    )
+    # None past the baseline's range, at the same points in both.
+    assert [v is None for v in moved] == [v is None for v in exact]
+    assert [v for v in moved if v is not None] == pytest.approx(
+        [v for v in exact if v is not None], rel=1e-9
+    )
 
 
 def test_a_multiplier_read_past_the_baselines_range_is_undefined():

@@ -102,6 +102,16 @@ def test_resume_under_another_commit_is_refused(data_root, tmp_path):
     assert (study_dir / "optuna.db").read_bytes() == before
 
 
+def test_resume_on_another_kernel_path_is_refused(data_root, tmp_path, monkeypatch):
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    fingerprint = json.loads((data_root / "sample" / "dataset.json").read_text())["fingerprint"]
+    started = {**current_identity(fingerprint), "kernel_path": "fused"}
+    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, allow_code_change=False)
+    monkeypatch.setenv("K3SCALE_CPU_KERNELS", "0")
+    one_line_error(run_smoke(study_dir, data_root), "started on the fused kernel path")
+
+
 def test_resume_on_other_data_is_refused_even_with_allow_code_change(data_root, tmp_path):
     study_dir = tmp_path / "study"
     study_dir.mkdir()
@@ -122,6 +132,16 @@ def test_check_identity_records_once_and_allows_a_code_change_only_when_asked(tm
     notes = []
     assert check_identity(storage, later, allow_code_change=True, log=notes.append) == first
     assert "aaaaaaaaaaaa -> bbbbbbbbbbbb" in notes[0]
+    fused = {**first, "kernel_path": "fused"}
+    storage = f"sqlite:///{tmp_path / 'paths.db'}"
+    check_identity(storage, fused, allow_code_change=False)
+    with pytest.raises(K3ScaleError, match="started on the fused kernel path"):
+        check_identity(storage, {**fused, "kernel_path": "torch"}, allow_code_change=False)
+    notes = []
+    check_identity(
+        storage, {**fused, "kernel_path": "torch"}, allow_code_change=True, log=notes.append
+    )
+    assert "(fused -> torch)" in notes[0]
     dirty = {**first, "git_dirty": "true"}
     with pytest.raises(K3ScaleError, match=r"now at aaaaaaaaaaaa \(dirty\)"):
         check_identity(storage, dirty, allow_code_change=False)

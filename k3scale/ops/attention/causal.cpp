@@ -18,16 +18,6 @@
 namespace {
 
 template <typename T>
-T reduce_sum(const Vec<T>& x) {
-  return at::vec::vec_reduce_all<T>([](Vec<T> a, Vec<T> b) { return a + b; }, x);
-}
-
-template <typename T>
-T reduce_max(const Vec<T>& x) {
-  return at::vec::vec_reduce_all<T>([](Vec<T> a, Vec<T> b) { return at::vec::maximum(a, b); }, x);
-}
-
-template <typename T>
 Vec<T> vexp(const Vec<T>& x) {
   if constexpr (std::is_same_v<T, double>) {
     return x.exp();

@@ -23,7 +23,7 @@ T dot(const T* a, const T* b, int64_t n) {
     const int64_t count = std::min<int64_t>(V::size(), n - j);
     acc = at::vec::fmadd(load(a + j, count), load(b + j, count), acc);
   }
-  return at::vec::vec_reduce_all<T>([](Vec<T> x, Vec<T> y) { return x + y; }, acc);
+  return reduce_sum(acc);
 }
 
 // y[0:n] += alpha * x[0:n]

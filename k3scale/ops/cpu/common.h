@@ -78,6 +78,31 @@ inline void store(const Vec<double>& v, double* p, int64_t count) {
 }
 #endif
 
+// Horizontal sum and max of one vector, halving the lanes pairwise. ATen's `vec_reduce_all` is
+// not used: under AVX-512 (torch 2.13) it has no overload for a plain `Vectorized<T>`, and the
+// kernels must build at every capability torch reports (tests/ops/test_kernel_build.py).
+template <typename T, typename Op>
+T reduce_lanes(const Vec<T>& x, const Op& op) {
+  constexpr int64_t L = Vec<T>::size();
+  alignas(64) T lanes[L];
+  x.store(lanes);
+  for (int64_t half = L / 2; half > 0; half /= 2) {
+    for (int64_t i = 0; i < half; ++i) lanes[i] = op(lanes[i], lanes[i + half]);
+  }
+  return lanes[0];
+}
+
+template <typename T>
+T reduce_sum(const Vec<T>& x) {
+  return reduce_lanes(x, [](T a, T b) { return a + b; });
+}
+
+template <typename T>
+T reduce_max(const Vec<T>& x) {
+  // NaN wins, as in at::vec::maximum: a NaN score must not vanish from the row maximum.
+  return reduce_lanes(x, [](T a, T b) { return std::isnan(a) || a >= b ? a : b; });
+}
+
 // exp(-x) overflows to inf for very negative x, and 1 / (1 + inf) = 0: no NaN. The router's
 // scores use Sleef's exp (they matched torch.sigmoid bitwise in the tests, so both paths select
 // alike); activations use ATen's faster 20-ulp exp, under 1e-6 relative on the sigmoid.

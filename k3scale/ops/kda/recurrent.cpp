@@ -16,11 +16,6 @@
 
 namespace {
 
-template <typename T>
-T sum(const Vec<T>& x) {
-  return at::vec::vec_reduce_all<T>([](Vec<T> a, Vec<T> b) { return a + b; }, x);
-}
-
 // out[0:n] = exp(x[0:n]), vectorised (a scalar exp per channel cost as much as the state update).
 template <typename T>
 void exp_into(const T* x, T* out, int64_t n) {
@@ -199,8 +194,8 @@ std::vector<at::Tensor> kda_recurrent_backward_op(const at::Tensor& grad_out_any
                 store(at::vec::fmadd(Vc(kt[i]), grad, load(dr.data() + c, count)),
                       dr.data() + c, count);
               }
-              dqp[key + i] = s * sum(acc_q);
-              row_grad[i] = sum(acc_u);
+              dqp[key + i] = s * reduce_sum(acc_q);
+              row_grad[i] = reduce_sum(acc_u);
               d_beta += kt[i] * row_grad[i];
             }
             dbp[L.beta_offset(b, h, t)] = d_beta;
@@ -221,8 +216,8 @@ std::vector<at::Tensor> kda_recurrent_backward_op(const at::Tensor& grad_out_any
                 acc_g = at::vec::fmadd(grad, decayed, acc_g);
                 store(Vc(at[i]) * grad, dS_i + c, count);
               }
-              dkp[key + i] = bt * row_grad[i] - sum(acc_k);
-              dgp[key + i] = sum(acc_g);
+              dkp[key + i] = bt * row_grad[i] - reduce_sum(acc_k);
+              dgp[key + i] = reduce_sum(acc_g);
             }
           }
         }
