@@ -343,6 +343,7 @@ def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 FALLBACK_CHECK = """
 import torch
+from k3scale.ops.cpu import load, unavailable_reason
 from k3scale.models.moe import MoE
 from k3scale.models.presets import get_preset
 assert load() is None
