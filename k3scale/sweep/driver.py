@@ -27,8 +27,9 @@ from k3scale.sweep import sources
 from k3scale.sweep.declaration import LRGrid, Study, StudyPreset
 from k3scale.sweep.ledger import StudyLedger
 from k3scale.sweep.planner import Cell, plan_cells, runs_shared_arm, trial_config
-from k3scale.sweep.progress import Progress
+from k3scale.sweep.progress import Progress, Stall
 from k3scale.track import schema
+from k3scale.track.heartbeat import read_beat, stall_after_s
 
 # What a diverged trial is told: worse than any trained model, but finite so TPE stays sane.
 DIVERGED_OBJECTIVE = 50.0
@@ -66,6 +67,8 @@ class _Job:
     started: float
     relaunch: Callable[[], None] | None = None
     relaunches: int = 0
+    # The run folders its task trains in (a WSD trunk's branches too): where it beats.
+    folders: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -333,6 +336,8 @@ class Driver:
                 _to_dict(self._config(c, params, seed, tag, arm)) for c in branch_cells
             ]
             tells += [(self.tuning[c.key], None, c.budget_tokens, c) for c in branch_cells]
+        folders = [Path(payload["config"]["train"]["out_dir"])]
+        folders += [Path(b["train"]["out_dir"]) for b in payload.get("branches", [])]
         ref = self._remote.remote(payload)
         self.counters.launched += 1
         self.jobs.append(
@@ -344,6 +349,7 @@ class Driver:
                 started=time.time(),
                 relaunch=lambda: self._launch(cell, study, trial, arm, relaunches + 1),
                 relaunches=relaunches,
+                folders=tuple(folders),
             )
         )
 
@@ -367,7 +373,13 @@ class Driver:
     def _wait_one(self) -> None:
         import ray
 
-        ready, _ = ray.wait([job.ref for job in self.jobs], num_returns=1)
+        # Bounded, so the progress line (and a stalled trial's name) keeps coming while all
+        # running trials are busy or stuck.
+        ready, _ = ray.wait(
+            [job.ref for job in self.jobs], num_returns=1, timeout=self.progress.interval
+        )
+        if not ready:
+            return
         job = next(j for j in self.jobs if j.ref == ready[0])
         self.jobs.remove(job)
         try:
@@ -460,7 +472,11 @@ class Driver:
 
     def _print_progress(self) -> None:
         self.progress.print(
-            self._best_by_cell(), len(self.jobs), self._trial_counts(), self._extra_counts()
+            self._best_by_cell(),
+            len(self.jobs),
+            self._trial_counts(),
+            self._extra_counts(),
+            stalled=[stall for job in self.jobs if (stall := job_stall(job, time.time()))],
         )
 
     def _extra_counts(self) -> tuple[int, int]:
@@ -478,6 +494,18 @@ class Driver:
             done = self.tuning[cell.key].get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             best[cell.key] = min((t.value for t in done), default=None)
         return best
+
+
+def job_stall(job: _Job, now: float) -> Stall | None:
+    """The job's stall, if no folder of it has beaten (nor has it started) within its limit."""
+    beats = [b for b in (read_beat(folder) for folder in job.folders) if b is not None]
+    last = max(beats, key=lambda b: b.time, default=None)
+    # A resumed trial's folder holds its previous attempt's beat: the launch is newer then.
+    alive_at = max(job.started, last.time if last else 0.0)
+    if now - alive_at <= stall_after_s(last):
+        return None
+    doing = last.doing if last and last.time >= job.started else "starting (no heartbeat yet)"
+    return Stall(job.label, now - alive_at, doing)
 
 
 def finished_runs_by_hash(tracking_uri: str, experiment: str) -> dict[str, dict]:

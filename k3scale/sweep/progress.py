@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 from k3scale.sweep.planner import Cell
 
 # Cells whose best loss fits on the progress line; `k3scale study status` lists all of them.
 SHOWN_CELLS = 6
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A running trial that has not beaten for longer than its limit, and what it last did."""
+
+    label: str
+    silent_s: float
+    doing: str
+
+    def describe(self) -> str:
+        return f"{self.label} silent {self.silent_s / 60:.1f} min (last: {self.doing})"
 
 
 class Progress:
@@ -35,9 +48,10 @@ class Progress:
         running: int,
         trials: tuple[int, int],
         extras: tuple[int, int] = (0, 0),
+        stalled: list[Stall] | None = None,
     ) -> None:
         self.last = time.time()
-        self.log(self.line(best, running, trials, self.last, extras))
+        self.log(self.line(best, running, trials, self.last, extras, stalled))
         sys.stdout.flush()
 
     def line(
@@ -47,6 +61,7 @@ class Progress:
         trials: tuple[int, int],
         now: float,
         extras: tuple[int, int] = (0, 0),
+        stalled: list[Stall] | None = None,
     ) -> str:
         ended, planned = trials
         cells_done = sum(value is not None for value in best.values())
@@ -60,8 +75,9 @@ class Progress:
         eta = f"{elapsed / ended * (planned - ended) / 60:.1f} min" if ended else "?"
         extra_ended, extra_queued = extras
         extra = f", extra runs {extra_ended}/{extra_queued}" if extra_queued else ""
+        stalls = f" | STALLED: {'; '.join(s.describe() for s in stalled)}" if stalled else ""
         return (
             f"[{elapsed / 60:5.1f} min] tuning trials {ended}/{planned}{extra}, running {running}, "
             f"cells with a result {cells_done}/{len(self.cells)}, tuning ETA {eta} "
-            f"| best: {shown or '-'}"
+            f"| best: {shown or '-'}{stalls}"
         )

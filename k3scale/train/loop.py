@@ -34,6 +34,7 @@ from k3scale.optim.muon import build_optimizer
 from k3scale.optim.qk_clip import qk_clip
 from k3scale.optim.schedules import StepLRs
 from k3scale.track import schema
+from k3scale.track.heartbeat import Heartbeat
 from k3scale.track.tracker import RunTracker, abandon_attempt, provenance
 from k3scale.train.checkpoint import LATEST, fork_name, load_checkpoint, save_checkpoint
 from k3scale.train.device import run_device
@@ -152,10 +153,13 @@ def train(
     rank, world_size = world()
     plan = plan_run(cfg, world_size)
     out_dir = Path(cfg.train.out_dir)
+    heart = Heartbeat(out_dir, enabled=rank == 0)
+    heart.beat("opening the dataset")
     dataset = open_dataset(cfg.data.dataset, root=cfg.data.root)
     _check_data(cfg, dataset)
 
     torch.manual_seed(cfg.train.seed)
+    heart.beat("loading the kernels and building the model")
     model = build_model(cfg.model).to(device)
     optimizer = build_optimizer(model, cfg.optim)
     state = _State()
@@ -166,6 +170,7 @@ def train(
         _restore(load_checkpoint(start_from, device), model, optimizer, state, keep_run=False)
 
     flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
+    heart.beat("opening its MLflow run")
     tracker = _open_tracker(cfg, dataset, state.run_id, extra_tags, rank, out_dir, device)
     state.run_id = tracker.run_id if tracker else state.run_id
     if state.final is not None:
@@ -207,6 +212,7 @@ def train(
         elapsed = time.perf_counter() - started
         busy_s += elapsed
         busy_tokens += plan.batch_tokens
+        heart.beat(f"training, step {step + 1} of {last_step}", step_s=elapsed)
         if _diverged(loss, state.first_loss, cfg.train.divergence_factor):
             status = schema.STATUS_DIVERGED
             break
@@ -237,6 +243,7 @@ def train(
             and state.step < plan.total_steps
         ):
             eval_started = time.perf_counter()
+            heart.beat(f"evaluating at step {state.step}")
             state.last_eval = _evaluate(model, evals, cfg, autocast, device)
             eval_s += time.perf_counter() - eval_started
             metrics.update(state.last_eval)
@@ -273,6 +280,7 @@ def train(
         )
 
     # A diverged model's weights are garbage: it ends with its last good evaluation.
+    heart.beat("final evaluation and logging")
     eval_started = time.perf_counter()
     final = (
         _evaluate(model, evals, cfg, autocast, device)
