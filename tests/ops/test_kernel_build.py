@@ -93,10 +93,15 @@ def test_only_stale_private_builds_are_removed(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def sample_data(tmp_path_factory) -> tuple[str, ...]:
+def sample_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
     prepare_sample(root, vocab_size=512)
-    return ("--set", f"data.root={root}", "--set", "data.dataset=sample")
+    return root
+
+
+@pytest.fixture(scope="module")
+def sample_data(sample_root) -> tuple[str, ...]:
+    return ("--set", f"data.root={sample_root}", "--set", "data.dataset=sample")
 
 
 def _train(out: Path, sample_data: tuple[str, ...], **env: str) -> subprocess.CompletedProcess:
@@ -143,6 +148,18 @@ def test_the_fused_path_is_quiet_and_its_runs_carry_it(tmp_path, sample_data):
     assert tags[schema.TAG_CPU_CAPABILITY].lower() in Path(module.__file__).name
 
 
+def _train_command(out: Path, sample_data: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-m", "k3scale.cli", "train", "--preset", "k3-t0", "--steps", "2",
+            "--out", str(out), *sample_data]  # fmt: skip
+
+
+def _kill_after(command: list[str], env: dict[str, str], seconds: float) -> None:
+    victim = subprocess.Popen(command, env=env, cwd=ROOT)
+    time.sleep(seconds)
+    victim.kill()
+    victim.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after_s", [15.0, 50.0], ids=["mid-compile", "late-build"])
 def test_a_run_killed_while_building_the_kernels_does_not_wedge_the_next(
@@ -152,12 +169,8 @@ def test_a_run_killed_while_building_the_kernels_does_not_wedge_the_next(
     then the same command again must finish in its normal time (it waited forever before)."""
     require_fused_kernels()
     cache = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "k3scale.cli", "train", "--preset", "k3-t0", "--steps", "2",
-               "--out", str(tmp_path / "run"), *sample_data]  # fmt: skip
-    victim = subprocess.Popen(command, env={**os.environ, **cache}, cwd=ROOT)
-    time.sleep(kill_after_s)
-    victim.kill()
-    victim.wait()
+    command = _train_command(tmp_path / "run", sample_data)
+    _kill_after(command, {**os.environ, **cache}, kill_after_s)
     started = time.monotonic()
     done = subprocess.run(
         command, env={**os.environ, **cache}, cwd=ROOT, capture_output=True, text=True,
@@ -168,3 +181,22 @@ def test_a_run_killed_while_building_the_kernels_does_not_wedge_the_next(
     # The rerun builds once (about a minute on 2 cores) and trains two steps.
     assert time.monotonic() - started < 400
     assert _run_tags(tmp_path / "run")[schema.TAG_KERNEL_PATH] == "fused"
+
+
+@pytest.mark.slow
+def test_a_study_after_a_killed_build_runs_to_the_end(tmp_path, sample_root, sample_data):
+    """The wedge held every later process, a study's trials included: after a build killed
+    mid-compile, a smoke study's driver builds the kernels and its trials only load them."""
+    from tests.sweep.test_study_runs import study_command
+
+    require_fused_kernels()
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "cache")}
+    _kill_after(_train_command(tmp_path / "run", sample_data), env, 15.0)
+    study_dir = tmp_path / "study"
+    command = study_command(ROOT / "experiments" / "k2_vs_k3.py", study_dir, sample_root)
+    done = subprocess.run(
+        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((study_dir / "study.json").read_text())
+    assert record["kernel_path"]["name"] == "fused" and record["trials"]["failed"] == 0

@@ -65,6 +65,19 @@ def process_name(pid: int) -> str:
         return "?"
 
 
+def reaper_owner(driver_pid: int) -> str:
+    """The mark a study's driver gave its Ray processes: its reaper's argument."""
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == driver_pid and b"k3scale.sweep.reaper" in args:
+            return args[args.index(b"k3scale.sweep.reaper") + 1].decode()
+    raise AssertionError(f"no reaper child of the driver {driver_pid}")
+
+
 def decode_address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     raw = bytes.fromhex(hex_address)
     if sys.byteorder == "little":  # /proc/net/tcp* print each 32-bit word in host order
@@ -114,12 +127,30 @@ def ray_status(gcs: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-def test_reaper_kills_marked_processes_when_its_pipe_closes():
+def test_reaper_kills_marked_processes_when_its_pipe_closes(tmp_path):
     owner = "test-reaper"
     env = {**os.environ, reaper.MARK: owner}
+    lock = tmp_path / "lock"
+    # An unmarked bystander holds a lock; a marked process waits on it, blocked in the kernel
+    # (issue 35: processes of a killed study survived, waiting): both stay where they are
+    # until the reaper acts.
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, time\n"
+         f"f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True)\n"
+         "time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert bystander.stdout.readline().strip() == "held"
+    waiter = [
+        sys.executable,
+        "-c",
+        f"import fcntl; fcntl.flock(open({str(lock)!r}, 'w'), fcntl.LOCK_EX)",
+    ]
     # Own sessions, like agents orphaned by a dead raylet: nothing else would stop them.
-    marked = [subprocess.Popen(["sleep", "300"], env=env, start_new_session=True) for _ in range(2)]
-    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    marked = [
+        subprocess.Popen(["sleep", "300"], env=env, start_new_session=True),
+        subprocess.Popen(waiter, env=env, start_new_session=True),
+    ]
     process = subprocess.Popen(
         [sys.executable, "-m", "k3scale.sweep.reaper", owner], stdin=subprocess.PIPE
     )
@@ -225,12 +256,20 @@ def test_local_study_listens_on_loopback_with_a_token_and_dies_with_its_driver(d
         allowed = ray_status(gcs, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
         assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr[-2000:]
 
+        owner = reaper_owner(proc.pid)
+
+        def survivors() -> set[int]:
+            # The driver's session, and every process carrying its Ray mark wherever it runs
+            # (an agent in a session of its own; a worker blocked in a wait).
+            return session_pids(proc.pid) | set(reaper.marked_pids(owner))
+
+        assert reaper.marked_pids(owner), f"no process carries the study's Ray mark {owner}"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         killed_at = time.time()
-        while session_pids(proc.pid) and time.time() - killed_at < REAP_WITHIN_S:
+        while survivors() and time.time() - killed_at < REAP_WITHIN_S:
             time.sleep(0.5)
-        left = {pid: process_name(pid) for pid in session_pids(proc.pid)}
+        left = {pid: process_name(pid) for pid in survivors()}
         assert not left, f"alive {REAP_WITHIN_S:.0f} s after the driver's SIGKILL: {left}"
     finally:
         with contextlib.suppress(ProcessLookupError):
