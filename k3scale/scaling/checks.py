@@ -21,7 +21,7 @@ def positive_finite(name: str, values, step: str = "fit") -> np.ndarray:
         first = int(np.flatnonzero(bad)[0])
         raise K3ScaleError(
             f"{step}: {name} must be finite and positive; {int(bad.sum())} bad value(s), first "
-            f"at row {first} ({arr[first]!r}); drop or fix those rows"
+            f"at row {first} ({float(arr[first])!r}); drop or fix those rows"
         )
     return arr
 

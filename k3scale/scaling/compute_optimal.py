@@ -37,6 +37,8 @@ MIN_SURFACE_POINTS = 6
 DRAW_CHUNK = 64
 # Share of draws in which a quantity must be defined (no extrapolation) to be identified.
 MIN_DEFINED = 0.9
+# A 95% percentile interval is read from at least this many defined draws.
+MIN_INTERVAL_DRAWS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +226,8 @@ def summarise(values: np.ndarray, point: np.ndarray, name: str, decades: float) 
         col = values[:, j]
         defined = np.isfinite(col)
         share = float(defined.mean()) if len(col) else 0.0
-        ci = np.percentile(col[defined], [2.5, 97.5]).tolist() if defined.sum() >= 20 else None
+        enough = defined.sum() >= MIN_INTERVAL_DRAWS
+        ci = np.percentile(col[defined], [2.5, 97.5]).tolist() if enough else None
         value = float(point[j]) if np.isfinite(point[j]) else None
         reasons = [
             None if value is not None else f"{name} undefined at this compute (extrapolation)",
@@ -247,13 +250,17 @@ def summarise(values: np.ndarray, point: np.ndarray, name: str, decades: float) 
 def _surface_summary(arm: ArmOptima, point: np.ndarray, draws: np.ndarray) -> dict:
     names = ("E", "A", "alpha", "B", "beta")
     ok = np.all(np.isfinite(draws), axis=1)
+    enough = ok.sum() >= MIN_INTERVAL_DRAWS
     ci = {
-        name: np.percentile(draws[ok, i], [2.5, 97.5]).tolist() if ok.sum() >= 20 else None
+        name: np.percentile(draws[ok, i], [2.5, 97.5]).tolist() if enough else None
         for i, name in enumerate(names)
     }
     params = dict(zip(names, point.tolist(), strict=True))
     reasons = [
         None if np.all(np.isfinite(point)) else "no non-negative (E, A, B) on the exponent grid",
+        None
+        if enough
+        else f"{int(ok.sum())} draws with a surface (an interval needs >= {MIN_INTERVAL_DRAWS})",
         *(verdict.exponent_reason(p, params[p], ci[p]) for p in ("alpha", "beta")),
     ]
     return {
@@ -269,7 +276,8 @@ def _curve_band(curves: np.ndarray) -> dict:
     lo, hi = [], []
     for col in curves.T:
         ok = np.isfinite(col)
-        pair = np.percentile(col[ok], [2.5, 97.5]) if ok.sum() >= 20 else (np.nan, np.nan)
+        enough = ok.sum() >= MIN_INTERVAL_DRAWS
+        pair = np.percentile(col[ok], [2.5, 97.5]) if enough else (np.nan, np.nan)
         lo.append(float(pair[0]))
         hi.append(float(pair[1]))
     return {"lo": lo, "hi": hi}

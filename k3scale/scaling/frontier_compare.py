@@ -98,6 +98,9 @@ def compare_frontiers(
         frontier.fit_frontier(c[code == i], y[code == i], delta=delta, units=units)
         for i in range(len(names))
     ]
+    for name, fit in zip(names, fits, strict=True):
+        if not fit.params:
+            raise K3ScaleError(f"frontier comparison: group {name!r}: {fit.message}")
     at = (
         np.array(sorted(at))
         if at is not None

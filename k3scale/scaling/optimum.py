@@ -115,6 +115,10 @@ def fit_quadratic(lr, batch, loss) -> tuple[CellQuadratic | None, str]:
     if np.linalg.matrix_rank(xtx) < x.shape[1]:
         return None, f"trials do not span the {mode} quadratic (rank-deficient design)"
     xtx_inv = np.linalg.inv(xtx)
+    if _covariance_factor(xtx_inv) is None:
+        # Full rank, yet so near-collinear (LRs that nearly follow the batch sizes) that
+        # rounding leaves the coefficients' covariance indefinite: no draws can be made.
+        return None, f"trials barely span the {mode} quadratic (ill-conditioned design)"
     coef = xtx_inv @ x.T @ loss
     rss = float(np.sum((loss - x @ coef) ** 2))
     return dataclasses.replace(
@@ -186,9 +190,18 @@ def coefficient_draws(
 ) -> np.ndarray:
     """[num_draws, p] draws of the coefficients: N(coef, s^2 (X'X)^-1), s^2 ~ sd^2 df / chi2_df."""
     scale = noise.sd * np.sqrt(noise.df / rng.chisquare(noise.df, size=num_draws))
-    chol = np.linalg.cholesky(quad.xtx_inv + 1e-15 * np.eye(len(quad.coef)))
+    chol = _covariance_factor(quad.xtx_inv)
     z = rng.standard_normal((num_draws, len(quad.coef)))
     return quad.coef + scale[:, None] * (z @ chol.T)
+
+
+def _covariance_factor(xtx_inv: np.ndarray) -> np.ndarray | None:
+    """Cholesky factor of (X'X)^-1 as the draws use it, or None where it is not numerically
+    positive definite."""
+    try:
+        return np.linalg.cholesky(xtx_inv + 1e-15 * np.eye(len(xtx_inv)))
+    except np.linalg.LinAlgError:
+        return None
 
 
 def box_minimum(quad: CellQuadratic, coefs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,8 @@ from k3scale.scaling.optimum import CellOptimum
 
 # A pooled t-interval needs at least this many independent clusters of cells.
 MIN_CLUSTERS = 3
+# A cell's 95% percentile interval is read from at least this many finite draws.
+MIN_DRAWS = 20
 
 
 def sign_of(interval: list[float] | None, reference: str, other: str) -> str:
@@ -36,9 +38,21 @@ def sign_of(interval: list[float] | None, reference: str, other: str) -> str:
 
 def _percentiles(draws: np.ndarray) -> list[float] | None:
     ok = np.isfinite(draws)
-    if ok.sum() < 20:
+    if ok.sum() < MIN_DRAWS:
         return None
     return np.percentile(draws[ok], [2.5, 97.5]).tolist()
+
+
+def _why_no_interval(draws: np.ndarray | None) -> str:
+    count = 0 if draws is None else int(np.isfinite(draws).sum())
+    return f"{count} finite draws of the difference (an interval needs >= {MIN_DRAWS})"
+
+
+def _own_draws(ref: CellOptimum, other: CellOptimum) -> np.ndarray:
+    """Draws of the own-optimum difference; none when the optima were fitted without draws."""
+    if ref.draws is None or other.draws is None:
+        return np.empty(0)
+    return ref.draws - other.draws
 
 
 def _shared_draws(ref: CellOptimum, other: CellOptimum) -> tuple[float, np.ndarray | None, str]:
@@ -65,17 +79,20 @@ def compare_cell(
     ref: CellOptimum, other: CellOptimum, reference: str, name: str
 ) -> tuple[dict, np.ndarray | None]:
     """Both readings of one cell (reference minus other) with intervals and verdicts, and the
-    draws of the own-optimum difference (None when it is not identified)."""
+    draws of the own-optimum difference (None when an optimum is not identified; empty when the
+    optima have no draws: the difference is then a point without an interval)."""
     reason = None
     for schedule, opt in ((reference, ref), (name, other)):
         if not reason and not opt.identified:
             reason = f"{schedule} optimum: {opt.verdict.removeprefix('not identified: ')}"
-    own_draws = None if reason else ref.draws - other.draws
+    own_draws = None if reason else _own_draws(ref, other)
     own_ci = _percentiles(own_draws) if own_draws is not None else None
     entry = {
         "diff_own": ref.loss - other.loss,
         "ci_own": own_ci,
-        "verdict_own": verdict.first_reason(reason),
+        "verdict_own": verdict.first_reason(
+            reason, None if own_ci else _why_no_interval(own_draws)
+        ),
         "lr_ratio": other.lr / ref.lr,
         "batch_ratio": other.batch / ref.batch,
         "loss": {reference: ref.loss, name: other.loss},
@@ -87,7 +104,9 @@ def compare_cell(
         {
             "diff_shared": None if np.isnan(shared) else shared,
             "ci_shared": shared_ci,
-            "verdict_shared": verdict.first_reason(reason, why),
+            "verdict_shared": verdict.first_reason(
+                reason, why, None if shared_ci else _why_no_interval(shared_draws)
+            ),
             "sign_shared": sign_of(shared_ci, reference, name) if shared_ci else "not identified",
         }
     )

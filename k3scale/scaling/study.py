@@ -70,7 +70,9 @@ def usable_runs(runs: pl.DataFrame, opts: StudyOptions) -> tuple[pl.DataFrame, d
         *(
             pl.col(c).is_null() | ~pl.col(c).cast(pl.Float64).is_finite() | (pl.col(c) <= 0)
             for c in (opts.loss, opts.n_col, opts.batch_col, "lr", "tokens", *opts.computes)
-        )
+        ),
+        # A run without its cell's tags (logged by hand into the experiment) belongs to no cell.
+        *(pl.col(c).is_null() for c in CELL_KEYS),
     )
     kept = finished.filter(~bad)
     excluded = {
@@ -265,6 +267,8 @@ def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict
     subsets of the design would differ by which cells happened to be identified, not by arm.
     """
     groups = sorted({e.cell[group_key] for e in estimates})
+    if not groups:
+        return {}
     _design_cell = _design_cells(estimates)
     common = set.intersection(
         *(
@@ -364,18 +368,23 @@ def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:
             "skipped": f"surface needs >= 3 sizes, >= 2 budgets, >= 6 identified cells ({group})"
         }
     starts = coarse_start_grid() if opts.surface_grid == "coarse" else None
-    fit = fit_surface(
-        n,
-        d,
-        [o["loss"] for o in optima],
-        starts=starts,
-        num_resamples=opts.num_resamples,
-        seed=opts.seed,
-        workers=opts.workers,
-        target=f"{opts.loss}(N, D) [{group}]",
-        units={"N": f"parameters ({opts.n_col})", "D": "tokens", "L": "nats/token"},
-    )
-    cross = fit_surface_vpnls(n, d, [o["loss"] for o in optima], target=fit.target, units=fit.units)
+    loss = [o["loss"] for o in optima]
+    try:
+        fit = fit_surface(
+            n,
+            d,
+            loss,
+            starts=starts,
+            num_resamples=opts.num_resamples,
+            seed=opts.seed,
+            workers=opts.workers,
+            target=f"{opts.loss}(N, D) [{group}]",
+            units={"N": f"parameters ({opts.n_col})", "D": "tokens", "L": "nats/token"},
+        )
+    except K3ScaleError as exc:
+        # A quadratic through noisy trials can put a cell's optimum at or below zero loss.
+        return {"skipped": f"{exc} (identified cell optima of {group})"}
+    cross = fit_surface_vpnls(n, d, loss, target=fit.target, units=fit.units)
     reasons = [
         None if fit.success else fit.message,
         *(
@@ -449,7 +458,13 @@ def backtest(optima: list[dict], compute: str) -> dict:
     held = c == c.max() if len(c) else c.astype(bool)
     if len(np.unique(c[~held])) < 3:
         return {"skipped": "needs >= 3 smaller compute values among the Pareto optima"}
-    fit = fit_frontier(c[~held], y[~held])
+    try:
+        fit = fit_frontier(c[~held], y[~held])
+    except K3ScaleError as exc:
+        # Three points are not more than the frontier's three parameters.
+        return {"skipped": f"{exc} (the Pareto optima below the largest compute)"}
+    if not fit.params:
+        return {"skipped": f"frontier fit failed: {fit.message}"}
     pred = predict_frontier(fit.params, c[held])
     return {
         "held_out_compute": float(c.max()),
