@@ -23,6 +23,10 @@ _ENTRY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "TOKENIZERS_PARALLELISM": "false",
+    # MLflow prints "View run at http://127.0.0.1:PORT" when a run ends; a study's report logs to
+    # a server it stops on exit, so the link is dead before anyone can open it (issues 36, 37).
+    # `k3scale ui --study-dir DIR` is the way to the runs, and every report prints it.
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
     # glibc reads this only at process start, so it reaches the processes an entry point
     # starts (Ray's workers, servers), not the entry point itself. Transparent huge pages for
     # large allocations made k3-t3 training steps 1.02-1.11x faster at full load here

@@ -210,6 +210,9 @@ def test_driver_killed_after_its_last_trial_then_rerun_finishes_the_job(data_roo
         done = k3scale_cli(*command, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "compute multiplier (c_6n)" in done.stdout, done.stdout[-2000:]
+    # No link to the report's temporary MLflow server, dead once the report exits.
+    assert "View run" not in done.stdout and "k3scale ui --study-dir" in done.stdout
+    assert "kernel path: " in done.stdout
 
 
 def test_trial_worker_sigkill_is_retried_and_the_study_completes(data_root, tmp_path):
