@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from k3scale.errors import K3ScaleError
+
+# scripts/main.sh names its study folders after the commit's first 12 hex digits.
+COMMIT_CHARS = 12
 
 
 def register(sub) -> None:
@@ -331,15 +335,14 @@ def job_env() -> dict[str, str]:
 
 def _status(args) -> int:
     import json
-    from pathlib import Path
 
     from k3scale.sweep.declaration import load_study
-    from k3scale.sweep.run import STUDY_JSON, default_study_dir
+    from k3scale.sweep.run import STUDY_JSON
     from k3scale.sweep.status import study_status
 
     study = load_study(args.study)
     preset = study.preset(args.preset)
-    folder = Path(args.study_dir or default_study_dir(study.name, args.preset))
+    folder = study_folder(study.name, args.preset, args.study_dir)
     storage = args.storage or f"sqlite:///{(folder / 'optuna.db').resolve()}"
     if not args.storage and not (folder / "optuna.db").exists():
         raise K3ScaleError(
@@ -358,21 +361,45 @@ def _status(args) -> int:
     return 0
 
 
+def study_folder(study_name: str, preset: str, study_dir: str | None) -> Path:
+    """The folder `status` and `report` read: --study-dir, else `study run`'s default, else the
+    one the main job makes at this commit (`studies/<study>-<preset>-<commit>`, scripts/main.sh).
+
+    Raises:
+        K3ScaleError: the folder's study.json names another preset (its cells are not these).
+    """
+    import json
+
+    from k3scale.sweep.run import STUDY_JSON, default_study_dir
+    from k3scale.track.provenance import git_state
+
+    folder = Path(study_dir) if study_dir else default_study_dir(study_name, preset)
+    if not study_dir and not folder.exists():
+        versioned = folder.with_name(f"{folder.name}-{git_state()[0][:COMMIT_CHARS]}")
+        folder = versioned if versioned.exists() else folder
+    record = folder / STUDY_JSON
+    ran = json.loads(record.read_text()).get("preset") if record.exists() else None
+    if ran is not None and ran != preset:
+        raise K3ScaleError(
+            f"{folder} holds the {ran!r} preset of {study_name}, not {preset!r}: pass --preset {ran}"
+        )
+    return folder
+
+
 def _trial_counts(trials: dict) -> str:
     return ", ".join(f"{trials.get(k, 0)} {k}" for k in ("finished", "failed", "diverged"))
 
 
 def _report(args) -> int:
     import json
-    from pathlib import Path
 
     from k3scale.ops.cpu.build import KernelPath
     from k3scale.scaling.headline import headline_lines, markdown_tables
     from k3scale.sweep.declaration import load_study
-    from k3scale.sweep.run import STUDY_JSON, default_study_dir
+    from k3scale.sweep.run import STUDY_JSON
 
     study = load_study(args.study)
-    folder = Path(args.study_dir or default_study_dir(study.name, args.preset))
+    folder = study_folder(study.name, args.preset, args.study_dir)
     fit_path, page = folder / "fit.json", folder / "dashboard.html"
     if not fit_path.exists():
         raise K3ScaleError(
