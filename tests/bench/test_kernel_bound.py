@@ -52,6 +52,7 @@ def test_a_paused_recorder_notes_no_gemm():
 
 
 def test_time_compute_sums_gemms_and_kernels():
+    require_fused_kernels()
     timed = time_compute(attention_then_projection, seconds_per_call=0.003)
     assert (timed["gemm_calls"], timed["kernel_calls"]) == (2, 2)
     kernels = timed["kernel_seconds"]

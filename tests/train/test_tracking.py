@@ -301,7 +301,10 @@ def test_unreachable_tracking_uri_at_start_is_one_clear_error(sample_root, tmp_p
             dead,
         ]
     )
-    err = capsys.readouterr().err.strip()
+    # On a CPU without the fused kernels, the slow-path notice comes first (issue 31): a note,
+    # not a second error.
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = "\n".join(line for line in lines if "SLOW PATH" not in line)
     assert code == 2
     assert err.count("\n") == 0 and "unreachable" in err and dead in err, err
 
