@@ -15,6 +15,7 @@ from k3scale.models.moe import MoE, glu_activation
 from k3scale.models.presets import get_preset
 from k3scale.ops.moe import routed_experts_naive
 from k3scale.ops.situ import swiglu
+from tests.conftest import require_fused_kernels
 
 D_MODEL = 32
 
@@ -235,6 +236,7 @@ def test_fused_k3_layer_with_and_without_latent_norm_matches_torch_layer(latent_
 
 
 def check_fused_layer(cfg, moe_cfg, loss_terms=("out", "aux")) -> tuple[MoE, MoE]:
+    require_fused_kernels()
     torch.manual_seed(0)
     fused = MoE(
         cfg.d_model, moe_cfg, cfg.activation, cfg.situ_beta, cfg.situ_linear_beta, 0.3, 1e-5
