@@ -3,7 +3,7 @@ at its start.
 
 Recorded in the Optuna storage (the sweep's state, wherever it lives) the first time a study
 starts, and in `study.json`. A resume under another commit or on another kernel path (the fused
-CPU kernels or the torch paths: the same results to rounding, 2.5-3.8x apart in speed) would mix
+CPU kernels or the torch paths: the same results to rounding, far apart in speed) would mix
 two versions in one study, and one on other data would re-evaluate finished trials on it: all are
 refused. A code or path change can be accepted explicitly (`--allow-code-change`); every run's
 `k3scale.git_sha` and `k3scale.kernel_path` tags then name its own. Other data always needs a new
