@@ -20,13 +20,12 @@ TITLE = "Cosine vs WSD at per-schedule tuned peak LR and batch (fixed lr_min)"
 
 def panels(inputs: DashboardInputs, page: PanelList) -> None:
     page.add(overview.overview_panel, inputs.runs)
-    for arch in inputs.archs():
-        page.add(schedules.schedule_comparison_panel, inputs.runs, arch, inputs.metric)
+    page.add(schedules.schedule_comparison_panel, inputs.fits)
     add_lr_sweeps(inputs, page, "schedule", "cosine")
-    page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
+    page.add(hp.hp_optima_panel, inputs.fits)
     add_curves_and_landscapes(inputs, page)
     page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, "c_6n")
-    for fit in inputs.fits.multipliers:
-        if {fit.base, fit.new} == {"cosine", "wsd"}:
-            page.add(frontier.multiplier_panel, fit)
+    for conv, base, new in inputs.fits.multipliers():
+        if {base, new} == {"cosine", "wsd"}:
+            page.add(frontier.multiplier_panel, inputs.fits, conv, new)
     add_surfaces(inputs, page)

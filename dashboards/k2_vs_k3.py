@@ -20,12 +20,12 @@ ARCHS = ("k2", "k3")
 
 def panels(inputs: DashboardInputs, page: PanelList) -> None:
     page.add(overview.overview_panel, inputs.runs)
-    for fit in inputs.fits.multipliers:
-        if {fit.base, fit.new} == set(ARCHS):
-            page.add(frontier.multiplier_panel, fit)
+    for conv, base, new in inputs.fits.multipliers():
+        if {base, new} == set(ARCHS):
+            page.add(frontier.multiplier_panel, inputs.fits, conv, new)
     for compute in ("c_6n", "c_attn"):
         page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, compute)
     add_lr_sweeps(inputs, page, "arch", "k2")
-    page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
+    page.add(hp.hp_optima_panel, inputs.fits)
     add_curves_and_landscapes(inputs, page)
     add_surfaces(inputs, page)

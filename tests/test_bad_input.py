@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from k3scale.data.sample import prepare_sample
-from k3scale.scaling.tables import build_tables, write_tables
+from k3scale.scaling.inputs.tables import build_tables, write_tables
 from tests.scaling.synthetic import synthetic_runs
 from tests.sweep.test_run_inputs import TINY_STUDY
 

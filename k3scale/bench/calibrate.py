@@ -1,7 +1,7 @@
 """Benchmark: do the headline intervals cover a known truth, and how often is it identified?
 
 For each flagship study and a preset's design (`design_from_study`), simulate many studies under
-three truths (k3scale/scaling/simulate.py): no effect, the K3 report's direction (cosine lower by
+three truths (k3scale/scaling/inputs/simulate.py): no effect, the K3 report's direction (cosine lower by
 0.02 nats; K3 at 2.5x compute) and the opposite (WSD lower by 0.02; K3 at 0.4x). Each simulated
 study goes through the same analysis functions the recipes call (cell optima, schedule
 comparison, compute-optimal multiplier), and each headline quantity is scored where it is
@@ -20,8 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from k3scale.scaling import compute_optimal, study, tables, verdict
-from k3scale.scaling.simulate import Design, SimCell, Truth, simulate_runs, simulated_tables
+from k3scale.scaling import study
+from k3scale.scaling.estimates import compute_optimal
+from k3scale.scaling.inputs import tables
+from k3scale.scaling.inputs.simulate import Design, SimCell, Truth, simulate_runs, simulated_tables
+from k3scale.scaling.values import verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("cosine_vs_wsd", "k2_vs_k3")
@@ -138,24 +141,24 @@ def _multiplier_scores(estimates, truth, design, group_key, baseline, opts) -> d
     out = {}
     for conv in opts.computes:
         arms = study.arm_optima(estimates, group_key, conv)
-        names = [f"M_{route}_{conv}" for route in ("surface", "envelope")]
+        names = [f"M_{route}_{conv}" for route in compute_optimal.ROUTES]
         out.update(dict.fromkeys(names))
         if baseline not in arms or len(arms) < 2:
             continue
         got = compute_optimal.compare_arms(arms, baseline, opts.multiplier_decades)
-        if "skipped" in got:
+        if got.skipped:
             continue
         ref = compute_optimal.compare_arms(
             _true_arms(arms, truth, design, group_key), baseline, opts.multiplier_decades
         )
         new = sorted(set(arms) - {baseline})[0]
-        for route, name in zip(("surface", "envelope"), names, strict=True):
-            part = got["routes"][route]
-            if "multiplier" not in part:
+        for route, name in zip(compute_optimal.ROUTES, names, strict=True):
+            part = got.routes[route]
+            if part.skipped:
                 continue
-            true_value = ref["routes"][route]["multiplier"][new][MID]["value"]
-            entry = part["multiplier"][new][MID]
-            out[name] = (entry["value"], entry["ci"], entry["verdict"], true_value)
+            true_value = ref.routes[route].multiplier[new][MID].value
+            entry = part.multiplier[new][MID]
+            out[name] = (entry.value, entry.interval, entry.verdict.to_json(), true_value)
     return out
 
 
@@ -191,7 +194,7 @@ def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str
             )
             opt = e.optimum
             scores.setdefault("cell_optimum", []).append(
-                (opt.loss, opt.interval(), opt.verdict, truth.optimum_loss(cell))
+                (opt.loss, opt.interval(), opt.verdict.to_json(), truth.optimum_loss(cell))
             )
         group_key, baseline = "arch", truth.baseline_arch
     multipliers = _multiplier_scores(estimates, truth, design, group_key, baseline, opts)

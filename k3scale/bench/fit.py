@@ -16,7 +16,8 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.surface import fit_surface
+from k3scale.scaling.laws.objective import FitOptions
+from k3scale.scaling.laws.surface import fit_surface
 
 DATA = (
     Path(__file__).resolve().parents[2]
@@ -38,12 +39,13 @@ def run(quick: bool) -> dict:
     n, d, loss = _points()
     resamples = 100 if quick else 1000
     start = time.perf_counter()
-    fit = fit_surface(n, d, loss, workers=1)
+    fit = fit_surface(n, d, loss, options=FitOptions(workers=1))
     fit_s = time.perf_counter() - start
     totals, intervals = {}, {}
     for workers in (1, 2):
         start = time.perf_counter()
-        result = fit_surface(n, d, loss, num_resamples=resamples, seed=0, workers=workers)
+        options = FitOptions(num_resamples=resamples, seed=0, workers=workers)
+        result = fit_surface(n, d, loss, options=options)
         totals[str(workers)] = time.perf_counter() - start
         intervals[str(workers)] = result.intervals["alpha"]
     return {

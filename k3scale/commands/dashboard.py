@@ -102,7 +102,7 @@ def _dashboard(args) -> int:
 
 def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str, js: str):
     """(html, panels, skipped notes) of the dashboard of one table folder."""
-    from k3scale.scaling.tables import load_tables
+    from k3scale.scaling.inputs.tables import load_tables
     from k3scale.viz.dashboard import DashboardInputs, build_panels, load_layout
     from k3scale.viz.page import render_page
 
@@ -159,12 +159,11 @@ def _study_name(runs) -> str:
 def _load_fits(path: Path | None, runs):
     import json
 
-    from k3scale.scaling.tables import table_hash
-    from k3scale.viz.fit_artifact import artifact_table_hash
-    from k3scale.viz.fits import DashboardFits, fits_from_json
+    from k3scale.scaling.inputs.tables import table_hash
+    from k3scale.viz.fits import DashboardFits, table_hash_of
 
     if path is None:
-        return DashboardFits(), "none (figures from the run table only)"
+        return DashboardFits(), "none (run-table figures only: no fitted quantity is drawn)"
     if not path.is_file():
         raise K3ScaleError(f"fit file {path} does not exist (run `k3scale fit` first)")
     raw = path.read_bytes()
@@ -173,17 +172,17 @@ def _load_fits(path: Path | None, runs):
     except json.JSONDecodeError as exc:
         raise K3ScaleError(f"fit file {path} is not JSON: {exc}") from None
     note = f"{path} (sha256 {hashlib.sha256(raw).hexdigest()[:16]})"
-    fitted_on = artifact_table_hash(document) if isinstance(document, dict) else None
+    fitted_on = table_hash_of(document) if isinstance(document, dict) else None
     if fitted_on is not None and fitted_on != table_hash(runs):
         note += f"; WARNING: fitted on a different run table (hash {fitted_on[:16]})"
-    return fits_from_json(document, source=note), note
+    return DashboardFits.from_artifact(document, source=note), note
 
 
 def _provenance(runs, tables: Path, study: str, fit_note: str):
     import datetime
 
     from k3scale.scaling.artifact import code_version
-    from k3scale.scaling.tables import table_hash
+    from k3scale.scaling.inputs.tables import table_hash
     from k3scale.viz.page import Provenance
 
     code = code_version()

@@ -10,7 +10,7 @@ def register(sub) -> None:
         "export",
         help="write a study's run table and curves as parquet (from MLflow or replicas)",
         description="Export one MLflow experiment to runs.parquet and curves.parquet (their "
-        "columns: k3scale/scaling/tables.py). Reads the server in batches; falls back to the "
+        "columns: k3scale/scaling/inputs/tables.py). Reads the server in batches; falls back to the "
         "JSONL replicas under --replicas when no server answers.",
     )
     parser.add_argument("--experiment", required=True, help="MLflow experiment (= study) name")
@@ -23,8 +23,8 @@ def register(sub) -> None:
 def run_export(args) -> int:
     from pathlib import Path
 
-    from k3scale.scaling.sources import run_batches
-    from k3scale.scaling.tables import CURVES_FILE, RUNS_FILE, write_table_batches
+    from k3scale.scaling.inputs.sources import run_batches
+    from k3scale.scaling.inputs.tables import CURVES_FILE, RUNS_FILE, write_table_batches
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     batches, source = run_batches(

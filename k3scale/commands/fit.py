@@ -109,7 +109,7 @@ def _fit_table(args, workers: int) -> int:
 
     from k3scale.commands.output import heartbeat
     from k3scale.scaling import generic
-    from k3scale.scaling.result import round_floats
+    from k3scale.scaling.values.result import round_floats
 
     beat = heartbeat(_fitting(args, workers))
     if args.analysis == "surface":
@@ -217,7 +217,6 @@ def _fit_recipe(args, workers: int) -> int:
         num_resamples=args.bootstrap,
         seed=args.seed,
         workers=workers,
-        surface_grid=args.grid,
     )
     from k3scale.commands.output import heartbeat
 
@@ -261,12 +260,12 @@ def _check_reproduced(refit: Path, committed: Path) -> int:
 
 def _read_tables(args):
     """(runs, curves, source description) from a table folder or MLflow."""
-    from k3scale.scaling.tables import build_tables, load_tables
+    from k3scale.scaling.inputs.tables import build_tables, load_tables
 
     if args.source != "mlflow":
         runs, curves = load_tables(Path(args.source))
         return runs, curves, f"tables {args.source}"
-    from k3scale.scaling.sources import collect_runs
+    from k3scale.scaling.inputs.sources import collect_runs
 
     if not args.experiment:
         raise K3ScaleError("fit: --from mlflow needs --experiment NAME")

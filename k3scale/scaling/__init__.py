@@ -1,15 +1,23 @@
-"""Scaling-law analysis (issue 7). NumPy/SciPy/polars only: never imports torch or Ray.
+"""Scaling-law analysis (issue 7): from run tables to the fit artifact a report prints.
 
-Modules, in data-flow order:
-- `tables` (run/curve tables, `load_tables`, `table_hash`), `sources` (MLflow bulk reads, replicas);
-- `objective` (log-space power laws, Huber, multi-start L-BFGS-B), `bootstrap` (seeded, parallel);
-- fits: `surface` (Chinchilla Approach 3, Epoch's protocol, VPNLS), `frontier` (L(C)),
-  `isoflop` (Approach 2), `powerlaw` (N_opt(C), HP laws), `optimum` (a cell's fitted optimum
-  with draws of its sampling distribution, pooled run noise);
-- comparisons: `compute_optimal` (frontiers from compute-optimal points by two routes, M(C)),
-  `multiplier` + `frontier_compare` (parametric L(C), shared-exponent test), `schedule_compare`
-  (per cell and pooled); `verdict` (identified or not, and why) on every headline quantity;
-- `simulate` (synthetic studies with a known truth, for `k3scale bench calibrate`);
-- `study` (table-level blocks used by `analysis/*.py` recipes), `artifact` (fit JSON, provenance),
-  `generic` (`k3scale fit surface|frontier CSV`), `result` (`FitResult`, deterministic JSON).
+NumPy, SciPy and polars only: never imports torch or Ray. The folders follow the dependency
+direction; each imports only those listed before it (issue 32):
+
+- `values/`: what a reported number is. `checks` (input checks), `verdict` (identified or not,
+  and why), `uncertainty` (the one percentile interval; `Estimate` = value, interval, verdict),
+  `result` (`FitResult`, deterministic JSON), `fitdoc` (the fit artifact's schema: the records
+  the estimators write and the report, dashboards and bench read back).
+- `inputs/`: where runs come from. `tables` (run and curve tables), `sources` (MLflow bulk reads,
+  replicas), `simulate` (synthetic studies with a known truth).
+- `laws/`: fitted laws and their solvers. `objective` (log-space power laws, multi-start
+  L-BFGS-B), `bootstrap`, `surface` (Chinchilla L(N, D): Epoch's protocol for any table, the
+  grid fit over draws for the studies), `frontier` (the lower envelope, the M(C) inversion and
+  the law L(C)), `frontier_compare` (fitted frontiers of groups, shared-exponent test),
+  `powerlaw` (HP laws, N_opt(C)), `isoflop` (Approach 2).
+- `estimates/`: the studies' estimators, each evaluated on draws of the cell optima.
+  `optimum` (a cell's fitted optimum, pooled run noise), `compute_optimal` (frontiers by two
+  routes and M(C) between arms), `schedule_compare` (differences per cell and pooled).
+- on top: `study` (the blocks analysis/*.py recipes use), `batch_check` (issue 20), `generic`
+  (`k3scale fit surface|frontier CSV`), `headline` (the report's text and tables), `artifact`
+  (fit JSON with provenance; recipes), `reproduce` (the rule a refit is held to).
 """

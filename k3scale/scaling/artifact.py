@@ -19,10 +19,10 @@ from types import ModuleType
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.result import dumps
-from k3scale.scaling.tables import table_hash
+from k3scale.scaling.inputs.tables import table_hash
+from k3scale.scaling.values.fitdoc import SCHEMA_VERSION
+from k3scale.scaling.values.result import dumps
 
-ARTIFACT_VERSION = 1
 # Recipes are code: only the project's own folder is searched (issue 23).
 PROJECT_RECIPES = Path(__file__).resolve().parents[2] / "analysis"
 
@@ -66,7 +66,7 @@ def provenance(runs: pl.DataFrame, options: dict, source: str, duplicates: int =
         duplicates: duplicated run rows collapsed before fitting (recorded only when non-zero).
     """
     block = {
-        "artifact_version": ARTIFACT_VERSION,
+        "artifact_version": SCHEMA_VERSION,
         "table_hash": table_hash(runs),
         "num_runs": runs.height,
         "source": source,

@@ -17,8 +17,9 @@ import polars as pl
 from scipy.stats import t as t_dist
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling import verdict
 from k3scale.scaling.study import SEED, StudyOptions, cell_estimates, usable_runs
+from k3scale.scaling.values import verdict
+from k3scale.scaling.values.uncertainty import percentile_interval
 
 LEVEL = 0.95
 
@@ -87,15 +88,14 @@ def _batch_row(estimate, kept: pl.DataFrame, batch: int, loss: str) -> dict:
         "fit_coef": opt.quad.coef.tolist()
         if opt.quad is not None and opt.quad.mode == "1d"
         else None,
-        "verdict": opt.verdict,
+        "verdict": opt.verdict.to_json(),
     }
 
 
 def _draw_difference(point: float, draws: np.ndarray | None, ref: np.ndarray | None) -> dict:
     if draws is None or ref is None:
         return {"value": point, "interval": None}
-    tail = 50 * (1 - LEVEL)
-    return {"value": point, "interval": np.percentile(draws - ref, [tail, 100 - tail]).tolist()}
+    return {"value": point, "interval": percentile_interval(draws - ref, LEVEL, min_draws=1)}
 
 
 def _mean_difference(row: dict, reference: dict, noise) -> dict:

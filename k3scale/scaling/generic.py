@@ -8,9 +8,10 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling import checks
-from k3scale.scaling.frontier_compare import compare_frontiers
-from k3scale.scaling.surface import coarse_start_grid, fit_surface
+from k3scale.scaling.laws.frontier_compare import compare_frontiers
+from k3scale.scaling.laws.objective import FitOptions
+from k3scale.scaling.laws.surface import coarse_start_grid, fit_surface
+from k3scale.scaling.values import checks
 
 
 def read_columns(path: str, columns: list[str]) -> pl.DataFrame:
@@ -52,20 +53,13 @@ def collapse_duplicates(points: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 
 def _check_surface_design(points: pl.DataFrame) -> None:
-    """Enough distinct (N, D) for five parameters; A, alpha (B, beta) need 3+ distinct N (D)."""
-    distinct = points.select("N", "D").unique().height
-    if distinct <= 5:
+    """Refuse points that cannot identify the surface (`checks.surface_design_reason`)."""
+    reason = checks.surface_design_reason(points["N"].to_numpy(), points["D"].to_numpy())
+    if reason:
         raise K3ScaleError(
-            f"fit: the Chinchilla surface needs more points than its 5 parameters, got "
-            f"{distinct} distinct (N, D) in {points.height} rows"
+            f"fit: the Chinchilla surface cannot be identified: got {reason} in "
+            f"{points.height} rows"
         )
-    for column in ("N", "D"):
-        values = points[column].n_unique()
-        if values < 3:
-            raise K3ScaleError(
-                f"fit: the Chinchilla surface needs at least 3 distinct {column} values to "
-                f"separate its {column} term from E, got {values}"
-            )
 
 
 def parse_compute_list(text: str) -> list[float]:
@@ -117,9 +111,7 @@ def surface_from_csv(
         points["D"].to_numpy(),
         points["L"].to_numpy(),
         starts=coarse_start_grid() if grid == "coarse" else None,
-        num_resamples=num_resamples,
-        seed=seed,
-        workers=workers,
+        options=FitOptions(num_resamples=num_resamples, seed=seed, workers=workers),
         target=f"{loss_col}({n_col}, {d_col})",
     )
     return {
@@ -174,30 +166,3 @@ def frontier_from_csv(
         workers=workers,
     )
     return {**out, "duplicates": duplicates}
-
-
-def render(kind: str, out: dict) -> str:
-    """Short human summary of a generic fit."""
-    if kind == "surface":
-        lines = [
-            f"L(N,D) = E + A/N^alpha + B/D^beta on {out['n_points']} points "
-            f"({out['excluded']} excluded); success={out['success']}"
-        ]
-        for name in ("E", "A", "B", "alpha", "beta", "a", "b"):
-            ci = out["ci"].get(name)
-            tail = f"  [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
-            lines.append(f"  {name:6s} {out[name]:.6g}{tail}")
-        return "\n".join(lines)
-    lines = [f"baseline {out['baseline']}"]
-    for name, fit in out["groups"].items():
-        lines.append(f"  {name}: E={fit['E']:.4g} A={fit['A']:.4g} alpha={fit['alpha']:.4g}")
-    for m in out["multiplier"]:
-        ci = m.get("ci")
-        tail = f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
-        lines.append(f"  M({m['compute']:.3g}) {m['group']} = {m['value']:.4g}{tail}")
-    shared = out["shared_exponent"]
-    lines.append(
-        f"  shared exponent p={shared.get('p_value')} multiplier={shared.get('multiplier')}"
-        f" ci={shared.get('ci')}"
-    )
-    return "\n".join(lines)

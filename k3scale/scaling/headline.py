@@ -10,10 +10,24 @@ more than `verdict.PRINT_DECADES` decades is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any
 
-from k3scale.scaling import verdict
+from k3scale.scaling.values import verdict
+from k3scale.scaling.values.fitdoc import (
+    CellDifference,
+    CellOptimumRecord,
+    Comparison,
+    ScheduleComparison,
+    read_cell_optima,
+    read_comparisons,
+    read_schedule_comparison,
+    sign_of,
+)
+from k3scale.scaling.values.uncertainty import Estimate
+from k3scale.scaling.values.verdict import Verdict
 
 SIGN = "negative: {ref} lower"
 
@@ -22,10 +36,11 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
     """Human-readable headline of a `k3scale fit` JSON document."""
     results = doc.get("results", {})
     lines: list[str] = []
-    if "schedule_comparison" in results:
-        lines += _schedule_lines(results["schedule_comparison"])
+    comparison = read_schedule_comparison(results)
+    if comparison is not None:
+        lines += _schedule_lines(comparison)
     if "compute_optimal" in results:
-        lines += _multiplier_lines(results["compute_optimal"])
+        lines += _multiplier_lines(read_comparisons(results))
     return lines or ["no headline quantity in this fit"]
 
 
@@ -46,63 +61,67 @@ def interval(ci: list | None, fmt=number) -> str:
     return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
-def ratio_text(value: float | None, ci: list | None, ruling: str) -> str:
+def ratio_text(e: Estimate) -> str:
     """A multiplier with its interval, or 'not identified (reason)' (interval only if printable)."""
-    if verdict.is_identified(ruling):
-        return f"{number(value)} {interval(ci)}"
+    if e.identified:
+        return f"{number(e.value)} {interval(e.interval)}"
     shown = ""
-    bounded = value is not None and ci and ci[0] and ci[1] and ci[0] > 0
+    ci = e.interval
+    bounded = e.value is not None and ci and ci[0] and ci[1] and ci[0] > 0
     if bounded and math.log10(ci[1] / ci[0]) <= verdict.PRINT_DECADES:
-        shown = f"{number(value)} {interval(ci)}, "
-    return f"{shown}{_reason(ruling)}"
+        shown = f"{number(e.value)} {interval(ci)}, "
+    return f"{shown}{reason_text(e.verdict)}"
 
 
-def diff_text(value: float | None, ci: list | None, ruling: str) -> str:
-    if verdict.is_identified(ruling):
-        return f"{loss_diff(value)} {interval(ci, loss_diff)}"
-    return _reason(ruling)
+def diff_text(e: Estimate) -> str:
+    if e.identified:
+        return f"{loss_diff(e.value)} {interval(e.interval, loss_diff)}"
+    return reason_text(e.verdict)
 
 
-def _reason(ruling: str) -> str:
-    return "not identified (" + ruling.removeprefix("not identified: ") + ")"
+def reason_text(ruling: Verdict) -> str:
+    return f"not identified ({ruling.reason})"
 
 
-def _schedule_lines(comparison: dict) -> list[str]:
-    ref = comparison.get("reference", "cosine")
+def verdict_text(ruling: Verdict) -> str:
+    """'identified', or 'not identified (reason)' as the report prints it."""
+    return "identified" if ruling.identified else reason_text(ruling)
+
+
+def _schedule_lines(comparison: ScheduleComparison) -> list[str]:
+    ref = comparison.reference
     lines = [
         f"{ref} minus other schedule, final loss (nats/token; {SIGN.format(ref=ref)}), "
         "95% intervals from each cell optimum's sampling distribution:"
     ]
-    for other, p in sorted(comparison.get("pooled", {}).items()):
-        if verdict.is_identified(p["verdict"]):
-            signs = ", ".join(f"{k} {v}" for k, v in p["point_signs"].items())
+    for other, p in sorted(comparison.pooled.items()):
+        if p.mean.identified:
+            signs = ", ".join(f"{k} {v}" for k, v in p.point_signs.items())
+            sign = sign_of(p.mean.interval, ref, other)
             lines.append(
-                f"  pooled over {p['identified_cells']} of {p['cells']} cells ({other}): mean "
-                f"{loss_diff(p['mean_diff'])} {interval(p['ci'], loss_diff)} ({p['sign']}); "
-                f"point signs: {signs}; consistent: {'yes' if p['consistent'] else 'no'}"
+                f"  pooled over {p.identified_cells} of {p.cells} cells ({other}): mean "
+                f"{diff_text(p.mean)} ({sign}); "
+                f"point signs: {signs}; consistent: {'yes' if p.consistent else 'no'}"
             )
         else:
-            lines.append(f"  pooled over cells ({other}): {_reason(p['verdict'])}")
-    for cell in comparison.get("cells", []):
-        where = f"{cell['cell']['size']} D={cell['cell']['budget_tokens']:,}"
-        for e in cell["comparison"].values():
-            lines.append(
-                f"  {where}: own optima {diff_text(e['diff_own'], e['ci_own'], e['verdict_own'])}"
-                f"; at {ref}'s optimum {shared_text(e)}"
-            )
-    if not comparison.get("cells"):
+            lines.append(f"  pooled over cells ({other}): {reason_text(p.mean.verdict)}")
+    for d in comparison.cells:
+        where = f"{d.cell['size']} D={d.cell['budget_tokens']:,}"
+        lines.append(
+            f"  {where}: own optima {diff_text(d.own)}; at {ref}'s optimum {shared_text(d)}"
+        )
+    if not comparison.cells:
         lines.append("  (no cell has trials of both schedules)")
-    noise = comparison.get("run_noise", {})
-    if noise:
-        lines.append("  " + noise_text(noise))
+    if comparison.run_noise:
+        lines.append("  " + noise_text(comparison.run_noise))
     return lines
 
 
-def shared_text(e: dict) -> str:
+def shared_text(d: CellDifference) -> str:
     """The shared-setting reading; a reason already given for the own optima is not repeated."""
-    if e["verdict_shared"] == e["verdict_own"] and not verdict.is_identified(e["verdict_own"]):
+    if d.shared.verdict == d.own.verdict and not d.own.identified:
         return "not identified (as at own optima)"
-    return diff_text(e["diff_shared"], e["ci_shared"], e["verdict_shared"])
+    return diff_text(d.shared)
 
 
 def noise_text(noise: dict) -> str:
@@ -117,37 +136,65 @@ def noise_text(noise: dict) -> str:
     )
 
 
-def multiplier_points(compute_optimal: dict):
-    """(conv, route, new, baseline, compute, point) of the smallest, middle and largest compute
-    of every route, or (conv, route, None, None, None, reason) where a route was skipped."""
-    for conv, result in sorted(compute_optimal.items()):
-        if "skipped" in result:
-            yield conv, None, None, None, None, result["skipped"]
+@dataclasses.dataclass(frozen=True)
+class MultiplierRow:
+    """One printed M(C): a route's estimate at one compute value, or why there is none.
+
+    Attributes:
+        conv: FLOP convention.
+        route: "surface" or "envelope" (None when the whole convention was skipped).
+        new, baseline: the arms compared (None when skipped).
+        compute: the compute value (None when skipped).
+        estimate: M(C) with interval and verdict (None when skipped).
+        skipped: why the route or convention has no multiplier (None otherwise).
+    """
+
+    conv: str
+    route: str | None = None
+    new: str | None = None
+    baseline: str | None = None
+    compute: float | None = None
+    estimate: Estimate | None = None
+    skipped: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.conv}, {self.route}" if self.route else self.conv
+
+
+def multiplier_rows(comparisons: dict[str, Comparison]) -> Iterator[MultiplierRow]:
+    """The smallest, middle and largest compute of every route's M(C), or why a route (or a
+    whole convention) was skipped."""
+    for conv, comparison in comparisons.items():
+        if comparison.skipped:
+            yield MultiplierRow(conv, skipped=comparison.skipped)
             continue
-        for route, part in sorted(result["routes"].items()):
-            if "skipped" in part:
-                yield conv, route, None, None, None, part["skipped"]
+        for route, part in sorted(comparison.routes.items()):
+            if part.skipped:
+                yield MultiplierRow(conv, route, skipped=part.skipped)
                 continue
-            for new, points in sorted(part["multiplier"].items()):
+            for new, points in sorted(part.multiplier.items()):
                 for i in _three(points):
-                    yield conv, route, new, result["baseline"], result["compute"][i], points[i]
+                    yield MultiplierRow(
+                        conv, route, new, comparison.baseline, comparison.compute[i], points[i]
+                    )
 
 
-def _multiplier_lines(compute_optimal: dict) -> list[str]:
+def _multiplier_lines(comparisons: dict[str, Comparison]) -> list[str]:
     lines = []
-    for conv, route, new, base, compute, point in multiplier_points(compute_optimal):
-        where = f"{conv}, {route}" if route else conv
-        if new is None:
-            lines.append(f"compute multiplier ({where}): not identified ({point})")
+    for row in multiplier_rows(comparisons):
+        if row.estimate is None:
+            lines.append(f"compute multiplier ({row.where}): not identified ({row.skipped})")
             continue
         lines.append(
-            f"compute multiplier {new} over {base} ({where} route) at C={compute:.3g}: "
-            f"{ratio_text(point['value'], point['ci'], point['verdict'])}"
+            f"compute multiplier {row.new} over {row.baseline} ({row.where} route) at "
+            f"C={row.compute:.3g}: {ratio_text(row.estimate)}"
         )
-    for conv, result in sorted(compute_optimal.items()):
-        for new, agreement in sorted(result.get("agreement", {}).items()):
-            mid = agreement[len(agreement) // 2] if agreement else None
-            if mid:
+    for conv, comparison in comparisons.items():
+        for new in comparison.others:
+            agreement = comparison.agreement(new)
+            if agreement:
+                mid = agreement[len(agreement) // 2]
                 lines.append(f"routes at the middle compute ({conv}, {new}): {mid['status']}")
     return lines
 
@@ -160,80 +207,77 @@ def _three(points: list) -> list[int]:
 def markdown_tables(doc: dict[str, Any]) -> str:
     """The report's numeric tables in Markdown (analysis/README.md embeds them verbatim)."""
     results = doc.get("results", {})
-    parts = [_optima_table(results.get("cell_optima", []))]
-    if "schedule_comparison" in results:
-        parts.append(_schedule_table(results["schedule_comparison"]))
+    parts = [_optima_table(read_cell_optima(results))]
+    comparison = read_schedule_comparison(results)
+    if comparison is not None:
+        parts.append(_schedule_table(comparison))
     if "compute_optimal" in results:
-        parts.append(_multiplier_table(results["compute_optimal"]))
+        parts.append(_multiplier_table(read_comparisons(results)))
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def _optima_table(optima: list[dict]) -> str:
+def _optima_table(optima: list[CellOptimumRecord]) -> str:
     rows = [
         "| arch | schedule | size | D | trials | quadratic | optimum loss [95%] | best trial | "
         "verdict |",
         "| --- | --- | --- | ---: | ---: | --- | --- | ---: | --- |",
     ]
     for o in optima:
-        c, opt = o["cell"], o["optimum"]
+        c = o.cell
         loss = (
-            f"{o['loss']:.3f} {interval(o['loss_ci'], lambda v: f'{v:.3f}')}"
-            if verdict.is_identified(o["verdict"])
+            f"{o.loss.value:.3f} {interval(o.loss.interval, lambda v: f'{v:.3f}')}"
+            if o.loss.identified
             else "-"
         )
         rows.append(
             f"| {c['arch']} | {c['schedule']} | {c['size']} | {c['budget_tokens']:,} | "
-            f"{opt.get('trials', '')} | {opt.get('mode', '')} | {loss} | "
-            f"{o['best_trial']['loss']:.3f} | {o['verdict']} |"
+            f"{o.trials} | {o.mode} | {loss} | "
+            f"{o.best_trial['loss']:.3f} | {o.loss.verdict.to_json()} |"
         )
-    identified = sum(verdict.is_identified(o["verdict"]) for o in optima)
+    identified = sum(o.loss.identified for o in optima)
     rows.append("")
     rows.append(f"Cell optima identified: {identified} of {len(optima)}.")
     return "\n".join(rows)
 
 
-def _schedule_table(comparison: dict) -> str:
-    ref = comparison["reference"]
+def _schedule_table(comparison: ScheduleComparison) -> str:
+    ref = comparison.reference
     rows = [
         f"Difference {ref} minus other ({SIGN.format(ref=ref)}), nats/token:",
         "",
         "| size | D | at own optima [95%] | at " + ref + "'s optimum [95%] | lr_opt ratio |",
         "| --- | ---: | --- | --- | ---: |",
     ]
-    for cell in comparison["cells"]:
-        for e in cell["comparison"].values():
-            rows.append(
-                f"| {cell['cell']['size']} | {cell['cell']['budget_tokens']:,} | "
-                f"{diff_text(e['diff_own'], e['ci_own'], e['verdict_own'])} | "
-                f"{shared_text(e)} | "
-                f"{number(e['lr_ratio'])} |"
-            )
-    for other, p in sorted(comparison["pooled"].items()):
+    for d in comparison.cells:
+        rows.append(
+            f"| {d.cell['size']} | {d.cell['budget_tokens']:,} | {diff_text(d.own)} | "
+            f"{shared_text(d)} | {number(d.lr_ratio)} |"
+        )
+    for other, p in sorted(comparison.pooled.items()):
         rows.append("")
-        if verdict.is_identified(p["verdict"]):
+        if p.mean.identified:
             rows.append(
-                f"Pooled over {p['identified_cells']} of {p['cells']} cells ({other}): "
-                f"{loss_diff(p['mean_diff'])} {interval(p['ci'], loss_diff)}, {p['sign']}."
+                f"Pooled over {p.identified_cells} of {p.cells} cells ({other}): "
+                f"{diff_text(p.mean)}, {sign_of(p.mean.interval, ref, other)}."
             )
         else:
-            rows.append(f"Pooled over cells ({other}): {_reason(p['verdict'])}.")
-    rows += ["", noise_text(comparison["run_noise"]).capitalize() + "."]
+            rows.append(f"Pooled over cells ({other}): {reason_text(p.mean.verdict)}.")
+    rows += ["", noise_text(comparison.run_noise).capitalize() + "."]
     return "\n".join(rows)
 
 
-def _multiplier_table(compute_optimal: dict) -> str:
+def _multiplier_table(comparisons: dict[str, Comparison]) -> str:
     rows = [
         "| FLOPs | route | C (FLOPs) | M(C) [95%] |",
         "| --- | --- | ---: | --- |",
     ]
     notes = []
-    for conv, route, new, _base, compute, point in multiplier_points(compute_optimal):
-        if new is None:
-            where = f"{conv}, {route} route" if route else conv
-            notes.append(f"{where}: not identified ({point}).")
+    for row in multiplier_rows(comparisons):
+        if row.estimate is None:
+            where = f"{row.conv}, {row.route} route" if row.route else row.conv
+            notes.append(f"{where}: not identified ({row.skipped}).")
             continue
         rows.append(
-            f"| {conv} | {route} | {compute:.3g} | "
-            f"{ratio_text(point['value'], point['ci'], point['verdict'])} |"
+            f"| {row.conv} | {row.route} | {row.compute:.3g} | {ratio_text(row.estimate)} |"
         )
     return "\n".join([*rows, "", *notes]) if len(rows) > 2 else "\n".join(notes)

@@ -1,9 +1,12 @@
 """Study-level analysis on the run table: the building blocks that `analysis/*.py` recipes use.
 
 Each function takes the `runs` table (tables.RUN_SCHEMA) and `StudyOptions`, names every
-exclusion it makes, and returns JSON-able dicts (FitResults serialised via `to_dict`).
+exclusion it makes, and returns JSON-able dicts (typed results serialised via `to_json`).
 Arms (k3scale/sweep/sources.py): "tuned" trials drive the optima; "seed" re-runs of a cell's best
 point measure seed noise; "shared" runs put a schedule at the reference schedule's best point.
+Every reported number has one estimator: cell optima (`optimum`), differences between schedules
+(`schedule_compare`), compute-optimal frontiers and M(C) (`compute_optimal`), HP laws
+(`powerlaw`) and IsoFLOP minima (`isoflop`).
 """
 
 from __future__ import annotations
@@ -14,13 +17,19 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling import compute_optimal, optimum, verdict
-from k3scale.scaling.frontier import fit_frontier, predict_frontier
-from k3scale.scaling.frontier_compare import compare_frontiers
-from k3scale.scaling.isoflop import fit_isoflop
-from k3scale.scaling.powerlaw import fit_power_law
-from k3scale.scaling.schedule_compare import compare_cell, pooled
-from k3scale.scaling.surface import coarse_start_grid, fit_surface, fit_surface_vpnls
+from k3scale.scaling.estimates import compute_optimal, optimum
+from k3scale.scaling.estimates.schedule_compare import CellComparison, compare_cell, pooled
+from k3scale.scaling.laws.isoflop import compute_level, fit_isoflop
+from k3scale.scaling.laws.powerlaw import fit_power_law
+from k3scale.scaling.values import verdict
+from k3scale.scaling.values.fitdoc import (
+    HP_TARGETS,
+    CellOptimumRecord,
+    Comparison,
+    ScheduleComparison,
+    SkippedFit,
+)
+from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.track import schema
 
 TUNED, SEED, SHARED = "tuned", "seed", "shared"
@@ -38,8 +47,7 @@ class StudyOptions:
         batch_col: batch column for HP optima ("batch_tokens": tokens per step).
         num_resamples: bootstrap resamples (and draws of each cell optimum) for every interval.
         seed: bootstrap seed.
-        workers: processes for bootstraps and start grids.
-        surface_grid: "epoch" (4,500 starts) or "coarse" (72).
+        workers: processes for bootstraps.
         multiplier_decades: a multiplier interval wider than this is "not identified".
     """
 
@@ -50,7 +58,6 @@ class StudyOptions:
     num_resamples: int = 1000
     seed: int = 0
     workers: int = 1
-    surface_grid: str = "epoch"
     multiplier_decades: float = verdict.MULTIPLIER_DECADES
 
     def to_dict(self) -> dict:
@@ -102,145 +109,98 @@ class CellEstimate:
     trials: int
     seed_losses: list[float]
 
+    def record(self) -> CellOptimumRecord:
+        """Where the cell sits, its optimum with interval and verdict, the best trial."""
+        opt = self.optimum
+        return CellOptimumRecord(
+            cell=self.cell,
+            n=self.n,
+            tokens=self.tokens,
+            compute=self.compute,
+            loss=Estimate(opt.loss, opt.interval(), opt.verdict),
+            lr_opt=opt.lr,
+            batch_opt=opt.batch,
+            mode=opt.quad.mode if opt.quad else "best trial",
+            trials=self.trials,
+            best_trial=self.best_trial,
+            seed_losses=self.seed_losses,
+        )
 
-def _seed_group(best_loss: float, reruns: list[float]) -> list[float]:
-    """Runs at one point for the noise estimate: the re-runs, or [best, re-run] for one."""
-    return [best_loss, *reruns] if len(reruns) == 1 else reruns
+
+@dataclasses.dataclass(frozen=True)
+class _CellTrials:
+    """A cell's runs before its optimum is estimated: its quadratic (or why none), best trial
+    and seed re-runs."""
+
+    cell: dict
+    runs: pl.DataFrame
+    quadratic: optimum.CellQuadratic | None
+    reason: str
+    best: optimum.BestTrial
+    run_id: str
+    trials: int
+    seed_losses: list[float]
+
+    @property
+    def noise_group(self) -> list[float]:
+        """Runs at one point for the noise estimate: the re-runs, or [best, re-run] for one."""
+        reruns = self.seed_losses
+        return [self.best.loss, *reruns] if len(reruns) == 1 else reruns
+
+
+def _cell_trials(cell: dict, group: pl.DataFrame, opts: StudyOptions) -> _CellTrials | None:
+    tuned = group.filter(_arm(TUNED))
+    if tuned.height == 0:
+        return None
+    lr, loss = tuned["lr"].to_numpy(), tuned[opts.loss].to_numpy()
+    batch = tuned[opts.batch_col].cast(pl.Float64).to_numpy()
+    quad, reason = optimum.fit_quadratic(lr, batch, loss)
+    i = int(np.argmin(loss))
+    return _CellTrials(
+        cell=cell,
+        runs=group,
+        quadratic=quad,
+        reason=reason,
+        best=optimum.BestTrial(lr=float(lr[i]), batch=float(batch[i]), loss=float(loss[i])),
+        run_id=tuned["run_id"][i],
+        trials=tuned.height,
+        seed_losses=group.filter(_arm(SEED))[opts.loss].to_list(),
+    )
 
 
 def cell_estimates(
     runs: pl.DataFrame, opts: StudyOptions
 ) -> tuple[list[CellEstimate], optimum.Noise]:
     """Every cell's fitted optimum with draws, and the study's pooled run noise."""
-    fitted = []
-    for cell, group in _cell_rows(runs):
-        tuned = group.filter(_arm(TUNED))
-        if tuned.height == 0:
-            continue
-        lr, loss = tuned["lr"].to_numpy(), tuned[opts.loss].to_numpy()
-        batch = tuned[opts.batch_col].cast(pl.Float64).to_numpy()
-        quad, reason = optimum.fit_quadratic(lr, batch, loss)
-        i = int(np.argmin(loss))
-        best = {"lr": float(lr[i]), "batch": float(batch[i]), "loss": float(loss[i])}
-        best["run_id"] = tuned["run_id"][i]
-        seeds = group.filter(_arm(SEED))[opts.loss].to_list()
-        fitted.append((cell, group, quad, reason, best, tuned.height, seeds))
+    fitted = [t for cell, group in _cell_rows(runs) if (t := _cell_trials(cell, group, opts))]
     noise = optimum.pooled_noise(
-        [f[2] for f in fitted if f[2] is not None],
-        [_seed_group(f[4]["loss"], f[6]) for f in fitted if f[6]],
+        [t.quadratic for t in fitted if t.quadratic is not None],
+        [t.noise_group for t in fitted if t.seed_losses],
     )
     out = []
-    for i, (cell, group, quad, reason, best, count, seeds) in enumerate(fitted):
+    for i, t in enumerate(fitted):
         rng = np.random.default_rng([opts.seed, i])
-        point = (best["lr"], best["batch"], best["loss"])
-        est = optimum.estimate_optimum(quad, reason, point, noise, opts.num_resamples, rng)
+        est = optimum.estimate_optimum(
+            t.quadratic, t.reason, t.best, noise, opts.num_resamples, rng
+        )
         out.append(
             CellEstimate(
-                cell=cell,
-                n=float(group[opts.n_col].median()),
-                tokens=float(group["tokens"].median()),
-                compute={c: float(group[c].median()) for c in opts.computes},
+                cell=t.cell,
+                n=float(t.runs[opts.n_col].median()),
+                tokens=float(t.runs["tokens"].median()),
+                compute={c: float(t.runs[c].median()) for c in opts.computes},
                 optimum=est,
-                best_trial=best,
-                trials=count,
-                seed_losses=seeds,
+                best_trial={**dataclasses.asdict(t.best), "run_id": t.run_id},
+                trials=t.trials,
+                seed_losses=t.seed_losses,
             )
         )
     return out, noise
 
 
-def cell_optima_json(estimates: list[CellEstimate], opts: StudyOptions) -> list[dict]:
+def cell_records(estimates: list[CellEstimate]) -> list[CellOptimumRecord]:
     """Per cell: where it sits, its optimum with interval and verdict, the best trial."""
-    out = []
-    for e in estimates:
-        opt = e.optimum
-        ci = opt.interval()
-        out.append(
-            {
-                "cell": e.cell,
-                "n": e.n,
-                "tokens": e.tokens,
-                **e.compute,
-                "optimum": {
-                    "params": {"lr_opt": opt.lr, "batch_opt": opt.batch, "loss_opt": opt.loss},
-                    "intervals": {"loss_opt": ci} if ci else {},
-                    "success": opt.identified,
-                    "message": "" if opt.identified else opt.verdict,
-                    "mode": opt.quad.mode if opt.quad else "best trial",
-                    "trials": e.trials,
-                },
-                "loss": opt.loss,
-                "loss_ci": ci,
-                "verdict": opt.verdict,
-                "best_trial": e.best_trial,
-                "seed_losses": e.seed_losses,
-                "seed_sd": float(np.std(e.seed_losses, ddof=1)) if len(e.seed_losses) > 1 else None,
-            }
-        )
-    return out
-
-
-def _pareto(points: list[dict], compute: str) -> list[dict]:
-    """Cell optima on the lower envelope in (compute, loss): no cheaper cell reaches lower."""
-    out, best = [], np.inf
-    for p in sorted(points, key=lambda p: (p[compute], p["loss"])):
-        if p["loss"] < best:
-            out.append(p)
-            best = p["loss"]
-    return out
-
-
-def frontiers(optima: list[dict], group_key: str, baseline: str, opts: StudyOptions) -> dict:
-    """L(C) = E + A C^-alpha per group through its compute-optimal (Pareto) identified optima.
-
-    Never through every cell optimum (methods.md 2.1); the multiplier the headline reads comes
-    from `compute_optimal`, this parametric fit is the curve the dashboards draw.
-    """
-    groups = sorted({o["cell"][group_key] for o in optima})
-    if len(groups) < 2:
-        return {"skipped": f"needs two {group_key} values, got {groups}"}
-    out = {}
-    for conv in opts.computes:
-        chosen: list[tuple[str, dict]] = []
-        for g in groups:
-            mine = [
-                o
-                for o in optima
-                if o["cell"][group_key] == g and verdict.is_identified(o["verdict"])
-            ]
-            chosen += [(g, p) for p in _pareto(mine, conv)]
-        short = [g for g in groups if sum(name == g for name, _ in chosen) < 3]
-        if short:
-            out[conv] = {
-                "skipped": f"{', '.join(short)}: fewer than 3 compute-optimal (Pareto) "
-                "identified cell optima"
-            }
-            continue
-        try:
-            out[conv] = compare_frontiers(
-                [p[conv] for _, p in chosen],
-                [p["loss"] for _, p in chosen],
-                [g for g, _ in chosen],
-                baseline,
-                at=_multiplier_grid([p[conv] for _, p in chosen]),
-                num_resamples=opts.num_resamples,
-                seed=opts.seed,
-                workers=opts.workers,
-                units={"C": f"FLOPs ({conv})", "L": f"{opts.loss} (nats/token)"},
-            )
-            out[conv]["points"] = "compute-optimal (Pareto) identified cell optima"
-        except K3ScaleError as exc:
-            out[conv] = {"skipped": f"{exc} (Pareto points of identified cell optima only)"}
-    return out
-
-
-# M(C) is reported on this many log-spaced compute values across the data (a smooth band to plot).
-MULTIPLIER_POINTS = 9
-
-
-def _multiplier_grid(compute: list[float]) -> list[float]:
-    lo, hi = np.log(min(compute)), np.log(max(compute))
-    return np.exp(np.linspace(lo, hi, MULTIPLIER_POINTS)).tolist()
+    return [e.record() for e in estimates]
 
 
 def _design_cells(estimates: list[CellEstimate]):
@@ -299,17 +259,27 @@ def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict
 def compute_optimal_comparison(
     estimates: list[CellEstimate], group_key: str, baseline: str, opts: StudyOptions
 ) -> dict:
-    """Both frontier routes per group and M(C) over `baseline`, once per FLOP convention."""
-    out = {}
+    """Both frontier routes per group and M(C) over `baseline`, once per FLOP convention.
+
+    The surface does not depend on the convention: each group's is fitted once and read under
+    every convention.
+    """
+    out, surfaces = {}, {}
     for conv in opts.computes:
         arms = arm_optima(estimates, group_key, conv)
         if baseline not in arms or len(arms) < 2:
-            out[conv] = {
-                "skipped": f"needs identified cell optima of {baseline} and another {group_key} "
-                f"(have {sorted(arms)})"
-            }
+            why = (
+                f"needs identified cell optima of {baseline} and another {group_key} "
+                f"(have {', '.join(sorted(arms)) or 'none'})"
+            )
+            out[conv] = Comparison(baseline, skipped=why).to_json()
             continue
-        out[conv] = compute_optimal.compare_arms(arms, baseline, opts.multiplier_decades)
+        if not any(compute_optimal.route_skip_reason(a, "surface") for a in arms.values()):
+            for name, arm in arms.items():
+                if name not in surfaces:
+                    surfaces[name] = compute_optimal.fit_arm_surface(arm)
+        comparison = compute_optimal.compare_arms(arms, baseline, opts.multiplier_decades, surfaces)
+        out[conv] = comparison.to_json()
     return out
 
 
@@ -321,29 +291,28 @@ def schedule_comparison(
     for e in estimates:
         key = (e.cell["arch"], e.cell["size"], e.cell["budget_tokens"])
         by_cell.setdefault(key, {})[e.cell["schedule"]] = e
-    cells, per_other = [], {}
+    per_other: dict[str, list[CellComparison]] = {}
+    clusters: dict[str, list[tuple[str, str]]] = {}
     for key, schedules in sorted(by_cell.items()):
         if reference not in schedules or len(schedules) < 2:
             continue
-        entry = {"cell": dict(zip(("arch", "size", "budget_tokens"), key, strict=True))}
-        entry["comparison"] = {}
+        cell = dict(zip(("arch", "size", "budget_tokens"), key, strict=True))
         for other in sorted(set(schedules) - {reference}):
-            result, draws = compare_cell(
-                schedules[reference].optimum, schedules[other].optimum, reference, other
+            result = compare_cell(
+                schedules[reference].optimum, schedules[other].optimum, reference, other, cell
             )
-            entry["comparison"][other] = result
-            per_other.setdefault(other, []).append((result, draws, key[:2]))
-        cells.append(entry)
-    return {
-        "reference": reference,
-        "diff": "L_reference - L_other (negative: reference lower)",
-        "cells": cells,
-        "pooled": {
-            o: pooled([e[:2] for e in entries], [e[2] for e in entries], reference, o)
-            for o, entries in per_other.items()
-        },
-        "run_noise": noise.to_dict(),
-    }
+            per_other.setdefault(other, []).append(result)
+            clusters.setdefault(other, []).append(key[:2])
+    comparison = ScheduleComparison(
+        reference=reference,
+        cells=sorted(
+            (c.difference for entries in per_other.values() for c in entries),
+            key=lambda d: (d.cell["arch"], d.cell["size"], d.cell["budget_tokens"], d.other),
+        ),
+        pooled={o: pooled(e, clusters[o], reference, o) for o, e in per_other.items()},
+        run_noise=noise.to_dict(),
+    )
+    return comparison.to_json()
 
 
 def _arm(arm: str) -> pl.Expr:
@@ -353,68 +322,24 @@ def _arm(arm: str) -> pl.Expr:
     return pl.col("arm") == arm
 
 
-def identified(optima: list[dict]) -> list[dict]:
-    """Cell optima whose verdict is identified (the only ones any curve is fitted through)."""
-    return [o for o in optima if verdict.is_identified(o["verdict"])]
-
-
-def surface(optima: list[dict], group: str | None, opts: StudyOptions) -> dict:
-    """Chinchilla surface (Epoch's protocol) over the identified cell optima of one group."""
-    optima = identified(optima)
-    n = np.array([o["n"] for o in optima])
-    d = np.array([o["tokens"] for o in optima])
-    if len(np.unique(n)) < 3 or len(np.unique(d)) < 2 or len(optima) < 6:
-        return {
-            "skipped": f"surface needs >= 3 sizes, >= 2 budgets, >= 6 identified cells ({group})"
-        }
-    starts = coarse_start_grid() if opts.surface_grid == "coarse" else None
-    loss = [o["loss"] for o in optima]
-    try:
-        fit = fit_surface(
-            n,
-            d,
-            loss,
-            starts=starts,
-            num_resamples=opts.num_resamples,
-            seed=opts.seed,
-            workers=opts.workers,
-            target=f"{opts.loss}(N, D) [{group}]",
-            units={"N": f"parameters ({opts.n_col})", "D": "tokens", "L": "nats/token"},
-        )
-    except K3ScaleError as exc:
-        # A quadratic through noisy trials can put a cell's optimum at or below zero loss.
-        return {"skipped": f"{exc} (identified cell optima of {group})"}
-    cross = fit_surface_vpnls(n, d, loss, target=fit.target, units=fit.units)
-    reasons = [
-        None if fit.success else fit.message,
-        *(
-            verdict.exponent_reason(p, fit.params.get(p, float("nan")), fit.intervals.get(p))
-            for p in ("alpha", "beta")
-        ),
-    ]
-    ruling = verdict.first_reason(*reasons)
-    fit = fit.replace(success=verdict.is_identified(ruling), message=fit.message or ruling)
-    return {**fit.to_dict(), "verdict": ruling, "vpnls_cross_check": cross.to_dict()}
-
-
-def hp_laws(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
+def hp_laws(optima: list[CellOptimumRecord], compute: str, opts: StudyOptions) -> dict:
     """lr_opt and batch_opt power laws from cell optima that are interior minima.
 
     Two forms: of compute C (DeepSeek LLM 2024) and of (N, D) jointly (StepLaw, Li et al. 2025;
     Bjorck et al. 2025), the latter only when N and D both vary over at least 4 cells.
     """
-    ok = [o for o in optima if o["optimum"]["success"]]
-    if len({o[compute] for o in ok}) < 3:
-        return {"skipped": f"needs >= 3 cells with interior optima, got {len(ok)}"}
-    regressors = {"C": {"C": np.array([o[compute] for o in ok])}}
-    n, d = np.array([o["n"] for o in ok]), np.array([o["tokens"] for o in ok])
+    ok = [o for o in optima if o.loss.identified]
+    if len({o.compute[compute] for o in ok}) < 3:
+        return SkippedFit(f"needs >= 3 cells with interior optima, got {len(ok)}").to_json()
+    regressors = {"C": {"C": np.array([o.compute[compute] for o in ok])}}
+    n, d = np.array([o.n for o in ok]), np.array([o.tokens for o in ok])
     if len(ok) >= 4 and len(np.unique(n)) >= 2 and len(np.unique(d)) >= 2:
         regressors["N,D"] = {"N": n, "D": d}
     out = {}
-    for name in ("lr_opt", "batch_opt"):
-        y = np.array([o["optimum"]["params"][name] for o in ok])
+    for name in HP_TARGETS:
+        y = np.array([getattr(o, name) for o in ok])
         if len(np.unique(y)) < 2:
-            out[name] = {"skipped": f"{name} constant over cells"}
+            out[name] = SkippedFit(f"{name} constant over cells").to_json()
             continue
         out[name] = {}
         for form, inputs in regressors.items():
@@ -428,48 +353,23 @@ def hp_laws(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
                     units={"C": f"FLOPs ({compute})", "N": opts.n_col, "D": "tokens"},
                 ).to_dict()
             except K3ScaleError as exc:
-                out[name][form] = {"skipped": str(exc)}
+                out[name][form] = SkippedFit(str(exc)).to_json()
     return out
 
 
-def isoflop(optima: list[dict], compute: str, opts: StudyOptions) -> dict:
+def isoflop(optima: list[CellOptimumRecord], compute: str, opts: StudyOptions) -> dict:
     """Approach 2 where budgets (bucketed to 2 significant digits of C) hold >= 3 sizes."""
-    optima = identified(optima)
-    c = np.array([float(f"{o[compute]:.2g}") for o in optima])
+    optima = [o for o in optima if o.loss.identified]
+    c = np.array([compute_level(o.compute[compute]) for o in optima])
     try:
         fit = fit_isoflop(
             c,
-            np.array([o["n"] for o in optima]),
-            [o["loss"] for o in optima],
+            np.array([o.n for o in optima]),
+            [o.loss.value for o in optima],
             method="akima",
             num_resamples=opts.num_resamples,
             seed=opts.seed,
         )
     except K3ScaleError as exc:
-        return {"skipped": str(exc)}
+        return SkippedFit(str(exc)).to_json()
     return fit.to_dict()
-
-
-def backtest(optima: list[dict], compute: str) -> dict:
-    """Fit the frontier through the Pareto optima without the largest compute, predict it."""
-    optima = _pareto(identified(optima), compute)
-    c = np.array([o[compute] for o in optima])
-    y = np.array([o["loss"] for o in optima])
-    held = c == c.max() if len(c) else c.astype(bool)
-    if len(np.unique(c[~held])) < 3:
-        return {"skipped": "needs >= 3 smaller compute values among the Pareto optima"}
-    try:
-        fit = fit_frontier(c[~held], y[~held])
-    except K3ScaleError as exc:
-        # Three points are not more than the frontier's three parameters.
-        return {"skipped": f"{exc} (the Pareto optima below the largest compute)"}
-    if not fit.params:
-        return {"skipped": f"frontier fit failed: {fit.message}"}
-    pred = predict_frontier(fit.params, c[held])
-    return {
-        "held_out_compute": float(c.max()),
-        "predicted": pred.tolist(),
-        "observed": y[held].tolist(),
-        "relative_error": ((pred - y[held]) / y[held]).tolist(),
-        "fit": fit.to_dict(),
-    }

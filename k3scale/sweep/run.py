@@ -352,8 +352,8 @@ def _wrap_up(tracking: TrackingService, experiment: str, folder: Path, log) -> s
 
 def _export_tables(experiment: str, tracking_uri: str, folder: Path, log) -> None:
     """runs.parquet and curves.parquet of the study in `<folder>/tables` (what fits read)."""
-    from k3scale.scaling.sources import run_batches
-    from k3scale.scaling.tables import write_table_batches
+    from k3scale.scaling.inputs.sources import run_batches
+    from k3scale.scaling.inputs.tables import write_table_batches
 
     batches, source = run_batches(experiment, tracking_uri, folder / "runs")
     runs, _ = write_table_batches(batches, folder / TABLES)

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 from k3scale.errors import K3ScaleError
 from k3scale.viz import theme
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import TUNED, cell_label, cell_optima, require_columns
+from k3scale.viz.summaries import TUNED, best_trials, cell_label, require_columns
 
 CURVE_METRICS = ("train/loss", "val/id_loss", "val/ood_loss")
 BEST_COLOUR = "#000000"
@@ -93,7 +93,7 @@ def training_curves_panel(
     by_run = {key[0]: part for key, part in wanted.group_by("run_id")}
     if not by_run:
         raise K3ScaleError("dashboard: the curve table holds no train or validation loss")
-    best = dict(cell_optima(runs, metric).select("cell", "run_id").rows())
+    best = dict(best_trials(runs, metric).select("cell", "run_id").rows())
     trunks = dict(runs.select("run_id", "trunk_run_id").rows()) if "trunk_run_id" in runs else {}
     palette = plotly.colors.qualitative.Plotly
     traces, owner, cells = [], [], []

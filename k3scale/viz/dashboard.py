@@ -48,7 +48,7 @@ class DashboardInputs:
     curves: pl.DataFrame
     """Curve table (`run_id, step, tokens, metric, value`)."""
     fits: DashboardFits
-    """Fit results (empty when no fit file was given)."""
+    """What the fit artifact holds (empty when no fit file was given)."""
     metric: str = DEFAULT_METRIC
     """Run-table column every figure treats as the objective."""
 
@@ -96,11 +96,12 @@ def add_lr_sweeps(inputs: DashboardInputs, page: PanelList, arm_key: str, refere
 
 
 def add_surfaces(inputs: DashboardInputs, page: PanelList) -> None:
-    """IsoFLOP views (loss vs N at fixed C), then Chinchilla views (loss vs N at fixed D)."""
+    """IsoFLOP views (loss vs N at fixed C) per arch, as `k3scale fit` fits them, then Chinchilla
+    views (loss vs N at fixed D) per (arch, schedule)."""
+    for arch in inputs.archs():
+        page.add(isoflop.isoflop_panel, inputs.fits, arch)
     for arch, schedule in inputs.groups():
-        page.add(isoflop.isoflop_panel, inputs.runs, arch, schedule, inputs.metric)
-    for arch, schedule in inputs.groups():
-        page.add(surface.surface_panel, inputs.runs, inputs.fits, arch, schedule, inputs.metric)
+        page.add(surface.surface_panel, inputs.fits, arch, schedule)
 
 
 def generic_panels(inputs: DashboardInputs, page: PanelList) -> None:
@@ -108,13 +109,12 @@ def generic_panels(inputs: DashboardInputs, page: PanelList) -> None:
     page.add(overview.overview_panel, inputs.runs)
     for compute in ("c_6n", "c_attn"):
         page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, compute)
-    for fit in inputs.fits.multipliers:
-        page.add(frontier.multiplier_panel, fit)
+    for conv, _, new in inputs.fits.multipliers():
+        page.add(frontier.multiplier_panel, inputs.fits, conv, new)
     if {"cosine", "wsd"} <= set(inputs.schedules()):
-        for arch in inputs.archs():
-            page.add(schedules.schedule_comparison_panel, inputs.runs, arch, inputs.metric)
+        page.add(schedules.schedule_comparison_panel, inputs.fits)
         add_lr_sweeps(inputs, page, "schedule", "cosine")
-    page.add(hp.hp_optima_panel, inputs.runs, inputs.fits, inputs.metric)
+    page.add(hp.hp_optima_panel, inputs.fits)
     add_curves_and_landscapes(inputs, page)
     add_surfaces(inputs, page)
 

@@ -1,5 +1,9 @@
-"""Compute frontier L(C) per (arch, schedule) with its fit and bootstrap band, and the compute
-multiplier M(C) of one architecture over another (methods.md 2.1 and 2.6)."""
+"""Compute-optimal frontiers L*(C) of each arm by both routes, and the compute multiplier M(C) of
+one arm over the baseline (methods.md 2.1-2.6), drawn exactly as `k3scale fit` stored them.
+
+Nothing is fitted or interpolated here (issue 32): curves, bands, cell optima, M(C) values and
+their intervals are the artifact's numbers, so the figure and the report never disagree.
+"""
 
 from __future__ import annotations
 
@@ -8,71 +12,116 @@ import plotly.graph_objects as go
 import polars as pl
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling.headline import ratio_text, reason_text, verdict_text
+from k3scale.scaling.values.fitdoc import ArmFrontier, CellOptimumRecord, Comparison
+from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.viz import theme
-from k3scale.viz.fits import Band, DashboardFits, FrontierFit, MultiplierFit
+from k3scale.viz.fits import DashboardFits
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import cell_optima, finished_with
+from k3scale.viz.summaries import finished_with
+
+INTERVAL_SOURCE = "95% interval over draws of the cell optima"
 
 
-def clip_band(band: Band, lo: float, hi: float) -> Band:
-    """The part of `band` with lo <= x <= hi (bands may be evaluated beyond the data)."""
-    keep = [i for i, x in enumerate(band.x) if lo * (1 - 1e-9) <= x <= hi * (1 + 1e-9)]
-    x, low, high = ([v[i] for i in keep] for v in (band.x, band.lo, band.hi))
-    median = tuple(band.median[i] for i in keep) if band.median is not None else None
-    return Band(x=tuple(x), lo=tuple(low), hi=tuple(high), median=median)
+def finite_stretches(*arrays) -> list[list[int]]:
+    """Maximal runs of consecutive indices where every array is finite."""
+    ok = np.all([np.isfinite(np.asarray(a, dtype=np.float64)) for a in arrays], axis=0)
+    stretches, current = [], []
+    for i, good in enumerate(ok):
+        if good:
+            current.append(i)
+        elif current:
+            stretches.append(current)
+            current = []
+    return stretches + ([current] if current else [])
 
 
-def band_traces(band: Band, colour: str, group: str, name: str = "95% band") -> list[go.Scatter]:
-    """A filled percentile band in `colour`: lines only, so no stray markers at its vertices."""
-    if not band.x:
-        return []
-    return [
-        go.Scatter(
-            x=list(band.x) + list(band.x)[::-1],
-            y=list(band.hi) + list(band.lo)[::-1],
-            mode="lines",
-            fill="toself",
-            fillcolor=theme.band_fill(colour),
-            line={"width": 0, "color": colour},
-            hoverinfo="skip",
-            name=name,
-            showlegend=False,
-            legendgroup=group,
+def band_traces(x, lo, hi, colour: str, group: str) -> list[go.Scatter]:
+    """A filled band in `colour`, one polygon per stretch where both ends are defined (an
+    undefined end would join the polygon across the gap); lines only, no stray markers."""
+    traces = []
+    for part in finite_stretches(lo, hi):
+        if len(part) < 2:
+            continue
+        xs = [x[i] for i in part]
+        traces.append(
+            go.Scatter(
+                x=xs + xs[::-1],
+                y=[hi[i] for i in part] + [lo[i] for i in part][::-1],
+                mode="lines",
+                fill="toself",
+                fillcolor=theme.band_fill(colour),
+                line={"width": 0, "color": colour},
+                hoverinfo="skip",
+                name=f"{group} 95% band",
+                showlegend=False,
+                legendgroup=group,
+            )
         )
-    ]
+    return traces
 
 
-def _fit_traces(fit: FrontierFit, style: dict, extrapolate: float) -> list[go.Scatter]:
-    lo, hi = fit.data_range
-    band = clip_band(fit.band, lo / extrapolate, hi * extrapolate) if fit.band else None
-    traces = band_traces(band, style["colour"], style["name"]) if band else []
-    inside = np.geomspace(lo, hi, 60)
+def _curve_traces(arm: str, route: str, frontier: ArmFrontier) -> list[go.Scatter]:
+    colour = theme.arm_colour(arm)
+    name = f"{arm} L*(C), {route} route"
+    curve = frontier.curve
+    # The envelope is model-free (nothing to identify); a surface curve is as its surface.
+    if frontier.surface is None or frontier.surface.verdict.identified:
+        traces = band_traces(curve.compute, curve.lo, curve.hi, colour, name)
+        line = {"color": colour, "width": 2.5, "dash": theme.ROUTE_DASH.get(route, "solid")}
+    else:
+        # A surface the data do not identify: thin and dotted, no band, named as such.
+        traces, name = [], f"{name} (not identified)"
+        line = {"color": colour, "width": 1.5, "dash": theme.UNIDENTIFIED_DASH}
     traces.append(
         go.Scatter(
-            x=inside,
-            y=fit.predict(inside),
+            x=list(curve.compute),
+            y=list(curve.loss),
             mode="lines",
-            name=f"{style['name']} fit α={fit.params['alpha']:.3f}",
-            legendgroup=style["name"],
-            line={"color": style["colour"], "width": 2.5, "dash": style["dash"]},
+            name=name,
+            legendgroup=name,
+            line=line,
+            hovertemplate=f"{name}<br>C %{{x:.3s}} FLOPs<br>L* %{{y:.4f}}<extra></extra>",
         )
     )
-    if extrapolate > 1.0:
-        for part in (
-            np.geomspace(lo / extrapolate, lo, 10),
-            np.geomspace(hi, hi * extrapolate, 10),
-        ):
-            traces.append(
-                go.Scatter(
-                    x=part,
-                    y=fit.predict(part),
-                    mode="lines",
-                    showlegend=False,
-                    legendgroup=style["name"],
-                    line={"color": style["colour"], "dash": "dot", "width": 1.2},
-                    hoverinfo="skip",
-                )
+    return traces
+
+
+def optimum_hover(o: CellOptimumRecord) -> str:
+    return f"{o.cell['size']}, D={o.cell['budget_tokens']:,}: {verdict_text(o.loss.verdict)}"
+
+
+def _optima_traces(optima: list[CellOptimumRecord], conv: str, style: dict) -> list[go.Scatter]:
+    """Identified optima filled with their 95% bars; the others hollow, without bars."""
+    traces = []
+    for identified in (True, False):
+        part = [o for o in optima if o.loss.identified == identified and conv in o.compute]
+        if not part:
+            continue
+        ci = [o.loss.interval if identified else None for o in part]
+        traces.append(
+            go.Scatter(
+                x=[o.compute[conv] for o in part],
+                y=[o.loss.value for o in part],
+                mode="markers",
+                name=f"{style['name']} cell optima" + ("" if identified else ", not identified"),
+                legendgroup=style["name"],
+                marker={
+                    "color": style["colour"],
+                    "symbol": style["symbol"] + ("" if identified else "-open"),
+                    "size": 11,
+                    "line": {"color": style["colour"], "width": 2},
+                },
+                error_y={
+                    "type": "data",
+                    "array": [c[1] - o.loss.value if c else None for o, c in zip(part, ci)],
+                    "arrayminus": [o.loss.value - c[0] if c else None for o, c in zip(part, ci)],
+                    "visible": identified,
+                },
+                text=[optimum_hover(o) for o in part],
+                hovertemplate="%{text}<br>C %{x:.3s} FLOPs<br>L %{y:.4f}<extra></extra>",
             )
+        )
     return traces
 
 
@@ -81,20 +130,21 @@ def frontier_panel(
     fits: DashboardFits,
     metric: str = "final_val_ood_loss",
     compute: str = "c_6n",
-    extrapolate: float = 1.0,
 ) -> Panel:
-    """All finished runs (faint), each cell's tuned optimum, and fitted L(C) with its band.
+    """Every finished run (faint), each cell's fitted optimum and each arm's stored L*(C).
 
-    Log-log axes. Fitted curves and bands stay inside the fitted compute range unless
-    `extrapolate` > 1 asks for that factor beyond it (then drawn dotted).
+    Log-log axes. Curves and their bands are the artifact's, over the compute range it stored.
     """
     points = finished_with(runs, metric)
-    optima = cell_optima(runs, metric)
-    if optima.is_empty():
-        raise K3ScaleError("dashboard: no finished tuned runs for the frontier")
-    multi_arch = optima["arch"].n_unique() > 1
+    if points.is_empty() and not fits.cell_optima:
+        raise K3ScaleError("dashboard: no finished runs and no cell optima for the frontier")
+    groups = sorted(
+        set(points.select("arch", "schedule").unique().rows())
+        | {(o.cell["arch"], o.cell["schedule"]) for o in fits.cell_optima}
+    )
+    multi_arch = len({arch for arch, _ in groups}) > 1
     fig = go.Figure()
-    for (arch, schedule), part in optima.group_by("arch", "schedule", maintain_order=True):
+    for arch, schedule in groups:
         style = theme.group_style(arch, schedule, multi_arch)
         every = points.filter((pl.col("arch") == arch) & (pl.col("schedule") == schedule))
         fig.add_trace(
@@ -108,135 +158,204 @@ def frontier_panel(
                 hoverinfo="skip",
             )
         )
-        fig.add_trace(
-            go.Scatter(
-                x=part[compute].to_list(),
-                y=part["loss"].to_list(),
-                mode="markers",
-                name=f"{style['name']} cell optima",
-                legendgroup=style["name"],
-                marker={"color": style["colour"], "symbol": style["symbol"], "size": 11},
-                text=part["cell"].to_list(),
-                hovertemplate="%{text}<br>C %{x:.3s} FLOPs<br>L %{y:.4f}<extra></extra>",
-            )
-        )
-        fit = fits.frontier(arch, schedule, compute)
-        if fit is not None:
-            fig.add_traces(_fit_traces(fit, style, extrapolate))
+        fig.add_traces(_optima_traces(fits.optima(arch=arch, schedule=schedule), compute, style))
+    comparison = fits.comparisons.get(compute)
+    for route, arm, frontier in _frontiers(comparison):
+        fig.add_traces(_curve_traces(arm, route, frontier))
     fig.update_xaxes(type="log", title_text=theme.compute_title(compute))
     fig.update_yaxes(type="log", title_text=theme.loss_title(metric))
-    theme.base_layout(fig, "Compute frontier L(C)", height=480)
-    groups = set(optima.select("arch", "schedule").unique().rows())
-    used = [f for f in fits.frontiers if f.compute == compute and (f.arch, f.schedule) in groups]
-    return Panel(key=f"frontier-{compute}", figure=fig, caption=_frontier_caption(used))
-
-
-def _frontier_caption(used: list[FrontierFit]) -> str:
-    if not used:
-        return "Loss vs compute of every run and each cell's optimum; no frontier fit supplied."
-    parts = []
-    for fit in used:
-        interval = fit.intervals.get("alpha")
-        text = f"{fit.arch} {fit.schedule} α={fit.params['alpha']:.3f}"
-        text += f" {theme.fmt_interval(*interval)}" if interval else ""
-        text += f", E={fit.params['E']:.3g}" + ("" if fit.success else " (fit failed)")
-        parts.append(text)
-    banded = sum(f.band is not None for f in used)
-    bands = (
-        "with its 95% bootstrap band"
-        if banded == len(used)
-        else f"({banded} of {len(used)} with a 95% bootstrap band)"
-    )
-    return (
-        f"Loss vs compute, each cell's optimum and the fitted L = E + A·C^-α {bands}, drawn "
-        f"over the fitted compute range only: {'; '.join(parts)}."
+    theme.base_layout(fig, f"Compute-optimal frontier L*(C) ({compute})", height=480)
+    banded = any(t.fill == "toself" for t in fig.data)
+    return Panel(
+        key=f"frontier-{compute}",
+        figure=fig,
+        caption=_frontier_caption(fits, comparison, compute, banded, metric),
     )
 
 
-def multiplier_panel(fit: MultiplierFit) -> Panel:
-    """M(C) = C_base(L_new(C)) / C with its band, over the compute both arms' data cover."""
-    lo, hi = fit.data_range
-    band = clip_band(fit.band, lo, hi)
-    if not band.x and fit.not_identified:
+def _frontiers(comparison: Comparison | None) -> list[tuple[str, str, ArmFrontier]]:
+    """(route, arm, frontier) of every route `k3scale fit` computed."""
+    if comparison is None:
+        return []
+    return [
+        (name, arm, frontier)
+        for name, route in sorted(comparison.routes.items())
+        for arm, frontier in sorted(route.arms.items())
+    ]
+
+
+def _skipped_routes(comparison: Comparison) -> list[tuple[str, str]]:
+    return [(name, r.skipped) for name, r in sorted(comparison.routes.items()) if r.skipped]
+
+
+def _frontier_caption(
+    fits: DashboardFits, comparison: Comparison | None, compute: str, banded: bool, metric: str
+) -> str:
+    head = "Loss vs compute of every finished run (faint)"
+    if not fits.cell_optima:
+        return f"{head}; no fit file, so no fitted cell optimum or frontier (run `k3scale fit`)."
+    if fits.loss and fits.loss != metric:
+        head += f" ({metric}; every fitted quantity is of {fits.loss}, the loss it was fitted on)"
+    optima = [o for o in fits.cell_optima if compute in o.compute]
+    found = sum(o.loss.identified for o in optima)
+    bars = (
+        ", bars: 95% interval" if any(o.loss.identified and o.loss.interval for o in optima) else ""
+    )
+    parts = [
+        f"{head}, each cell's fitted optimum from `k3scale fit` ({found} of {len(optima)} "
+        f"identified; hollow: not identified{bars})"
+    ]
+    if comparison is None:
+        parts.append("the fit file has no compute-optimal frontier")
+    elif comparison.skipped:
+        parts.append(f"no compute-optimal frontier: {comparison.skipped}")
+    else:
+        frontiers = _frontiers(comparison)
+        styles = ", ".join(
+            f"{r} route {'solid' if theme.ROUTE_DASH.get(r) == 'solid' else 'dashed'}"
+            for r in sorted({route for route, _, _ in frontiers})
+        )
+        band = f" (band: {INTERVAL_SOURCE})" if banded else ""
+        parts.append(f"each arm's compute-optimal frontier L*(C) as stored: {styles}{band}")
+        parts += [
+            f"{arm} {route} route dotted, its surface {verdict_text(f.surface.verdict)}"
+            for route, arm, f in frontiers
+            if f.surface is not None and not f.surface.verdict.identified
+        ]
+        parts += [f"{route} route skipped: {why}" for route, why in _skipped_routes(comparison)]
+    return "; ".join(parts) + "."
+
+
+def _drawn(e: Estimate) -> bool:
+    """A value with its interval: identified, with an interval to draw."""
+    return e.identified and e.value is not None and bool(e.interval)
+
+
+def _route_traces(name: str, compute: tuple[float, ...], m: list[Estimate]) -> list[go.Scatter]:
+    """Identified M(C) as a line with 95% bars; not-identified values hollow, without bars."""
+    colour = theme.ROUTE_COLOURS.get(name, theme.FALLBACK_COLOUR)
+    good = [_drawn(e) for e in m]
+    text = [f"C = {c:.3g} FLOPs: M = {ratio_text(e)}" for c, e in zip(compute, m)]
+    traces = [
+        go.Scatter(
+            x=list(compute),
+            y=[e.value if ok else None for e, ok in zip(m, good)],
+            mode="lines+markers",
+            name=f"{name} route",
+            legendgroup=name,
+            line={"color": colour, "width": 3, "dash": theme.ROUTE_DASH.get(name)},
+            marker={"size": 8, "symbol": theme.ROUTE_SYMBOL.get(name, "circle")},
+            error_y={
+                "type": "data",
+                "array": [e.interval[1] - e.value if ok else None for e, ok in zip(m, good)],
+                "arrayminus": [e.value - e.interval[0] if ok else None for e, ok in zip(m, good)],
+                "visible": True,
+            },
+            text=text,
+            hovertemplate="%{text}<extra></extra>",
+        )
+    ]
+    shown = [i for i, e in enumerate(m) if not good[i] and e.value is not None]
+    if shown:
+        symbol = theme.ROUTE_SYMBOL.get(name, "circle") + "-open"
+        traces.append(
+            go.Scatter(
+                x=[compute[i] for i in shown],
+                y=[m[i].value for i in shown],
+                mode="markers",
+                name=f"{name} route, not identified (hover: why)",
+                legendgroup=name,
+                marker={"size": 10, "symbol": symbol, "color": colour},
+                text=[text[i] for i in shown],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    return traces
+
+
+def _multiplier_routes(comparison: Comparison, new: str) -> dict[str, list[Estimate]]:
+    """Route -> M(C) of `new` over the baseline at each compute value, for the routes computed."""
+    return {
+        name: route.multiplier[new]
+        for name, route in sorted(comparison.routes.items())
+        if new in route.multiplier
+    }
+
+
+def multiplier_panel(fits: DashboardFits, conv: str, new: str) -> Panel:
+    """M(C) of `new` over the baseline of `conv`'s comparison by each route, at the compute
+    values the fit reports, exactly as stored."""
+    comparison = fits.comparisons[conv]
+    base, routes = comparison.baseline, _multiplier_routes(comparison, new)
+    estimates = [e for m in routes.values() for e in m]
+    drawn = [e for e in estimates if e.value is not None]
+    if not drawn:
+        reasons = sorted(
+            {e.verdict.reason for e in estimates if e.verdict.reason}
+            | {why for _, why in _skipped_routes(comparison)}
+        )
         # The page lists this line where the figure would be: no axis for a number not known.
         raise K3ScaleError(
-            f"dashboard: compute multiplier M(C) of {fit.new} over {fit.base} ({fit.fixed}, "
-            f"{fit.compute}) not drawn: {'; '.join(fit.not_identified)}"
+            f"dashboard: compute multiplier M(C) of {new} over {base} ({conv}) not "
+            f"drawn: {'; '.join(reasons) or 'no route computed'}"
         )
-    if not band.x:
-        raise K3ScaleError(
-            f"dashboard: M(C) of {fit.new} over {fit.base} has no point inside the data range"
-        )
-    x = np.asarray(band.x)
-    # Without a median, the band's geometric centre (M is a ratio).
-    mid = np.asarray(
-        band.median
-        if band.median is not None
-        else np.sqrt(np.asarray(band.lo) * np.asarray(band.hi))
-    )
-    colour = theme.ARCH_COLOURS.get(fit.new, theme.SCHEDULE_COLOURS.get(fit.new, "#444444"))
-    fig = go.Figure(band_traces(band, colour, "M"))
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=mid,
-            mode="lines+markers",
-            name="M(C)",
-            line={"color": colour, "width": 3},
-            marker={"size": 6},
-        )
-    )
-    if fit.shared_k is not None:
-        fig.add_hline(
-            y=fit.shared_k,
-            line={"color": "black", "dash": "dash"},
-            annotation_text=f"shared-exponent k = {fit.shared_k:.2f}",
-        )
+    fig = go.Figure()
+    for name, m in routes.items():
+        fig.add_traces(_route_traces(name, comparison.compute, m))
     fig.add_hline(y=1.0, line={"color": "#999999", "width": 1})
-    fig.update_xaxes(type="log", title_text=theme.compute_title(fit.compute), range=_x_range(x))
+    values = [e.value for e in drawn] + [1.0]
+    values += [v for e in drawn if _drawn(e) for v in e.interval]
+    fig.update_xaxes(
+        type="log",
+        title_text=theme.compute_title(conv),
+        # Every compute value the fit reports, undefined ones too: a gap says where M is not.
+        range=theme.log_range(comparison.compute, pad=0.1),
+    )
     fig.update_yaxes(
         type="log",
-        title_text=f"compute multiplier M of {fit.new} over {fit.base} (×, ratio)",
-        range=_y_range(band, mid, fit),
+        title_text=f"compute multiplier M of {new} over {base} (×, ratio)",
+        range=theme.log_range(values),
     )
-    theme.base_layout(
-        fig, f"Compute multiplier of {fit.new} over {fit.base} ({fit.fixed}, {fit.compute})"
-    )
+    theme.base_layout(fig, f"Compute multiplier of {new} over {base} ({conv})")
     return Panel(
-        key=f"multiplier-{fit.new}-over-{fit.base}-{fit.fixed}-{fit.compute}",
+        key=f"multiplier-{new}-over-{base}-{conv}",
         figure=fig,
-        caption=_multiplier_caption(fit, band, mid),
-        note=theme.MULTIPLIER_NOTE.format(ref=fit.base, other=fit.new),
+        caption=_multiplier_caption(comparison, routes, conv, new),
+        note=theme.MULTIPLIER_NOTE.format(ref=base, other=new),
     )
 
 
-def _x_range(x: np.ndarray) -> list[float]:
-    """log10 range of the M(C) points; one point gets a quarter decade either side."""
-    lo, hi = np.log10(x.min()), np.log10(x.max())
-    pad = 0.05 * (hi - lo) if hi > lo else 0.25
-    return [float(lo - pad), float(hi + pad)]
-
-
-def _y_range(band: Band, mid: np.ndarray, fit: MultiplierFit) -> list[float]:
-    """log10 y range: the curve, its band, 1 and the shared k, with 0.05 decades of margin."""
-    values = [*mid, *band.lo, *band.hi, 1.0]
-    values += [fit.shared_k] if fit.shared_k is not None else []
-    return theme.log_range(values)
-
-
-def _multiplier_caption(fit: MultiplierFit, band: Band, mid: np.ndarray) -> str:
-    # Value, interval and compute all of one entry: the largest compute drawn.
-    i = int(np.argmax(band.x))
-    at, lo, hi = band.x[i], band.lo[i], band.hi[i]
-    text = (
-        f"Extra compute {fit.base} needs to match {fit.new}'s loss ({fit.fixed}, {fit.compute}): "
-        f"M = {mid[i]:.3g} {theme.fmt_interval(lo, hi)} at C = {theme.fmt_sci(at)} FLOPs, the "
-        f"largest of {len(band.x)} compute values where M is identified (band: 95% bootstrap)"
+def _multiplier_caption(
+    comparison: Comparison, routes: dict[str, list[Estimate]], conv: str, new: str
+) -> str:
+    num, compute = len(comparison.compute), comparison.compute
+    parts = []
+    for name, m in routes.items():
+        good = [i for i, e in enumerate(m) if e.identified]
+        if good:
+            top = good[-1]
+            parts.append(
+                f"{name} route M = {ratio_text(m[top])} at C = {theme.fmt_sci(compute[top])} "
+                f"FLOPs (the largest of {len(good)} of {num} compute values where identified)"
+            )
+        else:
+            parts.append(f"{name} route: identified at none of {num} compute values")
+    parts += [f"{route} route skipped: {why}" for route, why in _skipped_routes(comparison)]
+    missing: dict[tuple[str, str], list[float]] = {}
+    for name, m in routes.items():
+        for c, e in zip(compute, m):
+            if not e.identified:
+                missing.setdefault((name, reason_text(e.verdict)), []).append(c)
+    parts += [
+        f"{route} route at C = {', '.join(theme.fmt_sci(c) for c in cs)}: {why}"
+        for (route, why), cs in missing.items()
+    ]
+    bars = (
+        f"bars: {INTERVAL_SOURCE}; " if any(_drawn(e) for m in routes.values() for e in m) else ""
     )
-    if fit.shared_k is not None:
-        verdict = {True: "accepted", False: "rejected", None: "untested"}[fit.shared_accepted]
-        interval = fit.shared_k_interval
-        text += f"; shared-exponent k = {fit.shared_k:.2f}"
-        text += f" {theme.fmt_interval(*interval)}" if interval else ""
-        text += f" ({verdict} against separate exponents)"
-    return text + "."
+    base = comparison.baseline
+    return (
+        f"Compute {base} needs to match {new}'s loss, as a multiple of {new}'s "
+        f"({conv}), as `k3scale fit` reports it ({bars}hollow or absent: not identified): "
+        f"{'; '.join(parts)}."
+    )

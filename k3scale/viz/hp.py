@@ -1,142 +1,150 @@
-"""Tuned optimum peak LR and batch vs compute per (arch, schedule), with fitted HP laws."""
+"""Fitted optimum peak LR and batch vs compute per (arch, schedule), with the HP laws of
+`k3scale fit` (per schedule, through its identified cell optima) drawn as stored, never refitted.
+
+The points are the cell optima the laws were fitted through (`CellOptimumRecord.lr_opt`,
+`batch_opt`): filled where identified, hollow where not (those the laws leave out).
+"""
 
 from __future__ import annotations
 
-import math
 import statistics
 
 import numpy as np
 import plotly.graph_objects as go
-import polars as pl
 from plotly.subplots import make_subplots
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling.values.fitdoc import CellOptimumRecord
+from k3scale.scaling.values.result import FitResult
 from k3scale.viz import theme
-from k3scale.viz.fits import DashboardFits, HPLaw
-from k3scale.viz.frontier import band_traces, clip_band
+from k3scale.viz.fits import DashboardFits
+from k3scale.viz.frontier import optimum_hover
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import cell_optima
 
-TARGETS = (("lr", theme.LR_TITLE), ("batch_tokens", theme.BATCH_TOKENS_TITLE))
+# hp_laws target -> its axis title; the batch optimum is in the study's batch column (tokens).
+TARGETS = (("lr_opt", theme.LR_TITLE), ("batch_opt", theme.BATCH_TOKENS_TITLE))
 
 
-def _law_traces(law: HPLaw, style: dict, span: tuple[float, float], col: int) -> list:
-    """The fitted law and its band over the compute of the cells it was fitted to."""
+def _law_trace(
+    schedule: str, law: FitResult, colour: str, span: tuple[float, float], col: int
+) -> go.Scatter:
+    """The stored law y = k C^exp_C over the compute of its schedule's cells."""
     x = np.geomspace(span[0], span[1], 50)
-    traces = (
-        band_traces(clip_band(law.band, *span), style["colour"], style["name"]) if law.band else []
-    )
-    traces.append(
-        go.Scatter(
-            x=x,
-            y=law.predict(x),
-            mode="lines",
-            name=f"{style['name']} law ∝ C^{law.exponent:.3f}",
-            legendgroup=style["name"],
-            line={"color": style["colour"], "dash": style["dash"]},
-            showlegend=col == 1,
-        )
-    )
-    return traces
-
-
-def _optimum_trace(part: pl.DataFrame, target: str, compute: str, style: dict, col: int):
-    edge_col = "lr_edge" if target == "lr" else "batch_edge"
-    edge = part[edge_col].is_not_null().to_list()
+    exponent = law.params["exp_C"]
     return go.Scatter(
-        x=part[compute].to_list(),
-        y=part[target].to_list(),
+        x=x,
+        y=law.params["k"] * x**exponent,
+        mode="lines",
+        name=f"{schedule} law ∝ C^{exponent:.3f}",
+        legendgroup=f"{schedule} law",
+        line={"color": colour, "dash": theme.SCHEDULE_DASH.get(schedule, "dot")},
+        showlegend=col == 1,
+    )
+
+
+def _optimum_trace(
+    part: list[CellOptimumRecord], target: str, compute: str, style: dict, col: int
+) -> go.Scatter:
+    identified = [o.loss.identified for o in part]
+    return go.Scatter(
+        x=[o.compute[compute] for o in part],
+        y=[getattr(o, target) for o in part],
         mode="markers",
-        name=f"{style['name']} optima (open: at range edge)",
+        name=f"{style['name']} fitted optima (open: not identified)",
         legendgroup=style["name"],
         showlegend=col == 1,
-        marker={
-            "color": style["colour"],
-            "symbol": [style["symbol"] + ("-open" if e else "") for e in edge],
-            "size": 11,
-            "line": {"width": 2, "color": style["colour"]},
-        },
-        text=[f"{c} ({e or 'inside range'})" for c, e in zip(part["cell"], part[edge_col])],
+        marker=theme.estimate_marker(style["colour"], style["symbol"], identified),
+        text=[f"{optimum_hover(o)} ({o.mode})" for o in part],
         hovertemplate="%{text}<br>C %{x:.3s} FLOPs<br>%{y:.4g}<extra></extra>",
     )
 
 
-def hp_optima_panel(
-    runs: pl.DataFrame,
-    fits: DashboardFits,
-    metric: str = "final_val_ood_loss",
-    compute: str = "c_6n",
-) -> Panel:
-    """Per-cell optimum LR and batch (tokens/step) vs compute, laws y = coef C^b where fitted.
+def hp_optima_panel(fits: DashboardFits, compute: str = "c_6n") -> Panel:
+    """Per-cell fitted optimum LR and batch (tokens/step) vs compute, laws y = k C^b where fitted.
 
     Args:
-        runs: run table.
-        fits: fit results (`hp_laws` used when present).
-        metric: objective column.
-        compute: compute column for the x axis (c_6n or c_attn).
+        fits: fit results (cell optima, and `hp_laws` where fitted).
+        compute: FLOP convention of the x axis (c_6n or c_attn).
+
+    Raises:
+        K3ScaleError: no fit file (the points are the fit's optima).
     """
-    optima = cell_optima(runs, metric)
-    if optima.is_empty():
-        raise K3ScaleError("dashboard: no finished tuned runs to take optima from")
-    multi_arch = optima["arch"].n_unique() > 1
+    optima = [o for o in fits.cell_optima if compute in o.compute]
+    if not optima:
+        raise K3ScaleError(
+            "dashboard: the HP figure draws the cell optima of `k3scale fit` (no fit file given)"
+        )
+    groups: dict[tuple[str, str], list[CellOptimumRecord]] = {}
+    for o in optima:
+        groups.setdefault((o.cell["arch"], o.cell["schedule"]), []).append(o)
+    multi_arch = len({arch for arch, _ in groups}) > 1
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1)
-    span = (optima[compute].min(), optima[compute].max())
-    for (arch, schedule), part in optima.group_by("arch", "schedule", maintain_order=True):
+    for (arch, schedule), part in sorted(groups.items()):
         style = theme.group_style(arch, schedule, multi_arch)
         for col, (target, _) in enumerate(TARGETS, start=1):
             fig.add_trace(_optimum_trace(part, target, compute, style, col), row=1, col=col)
-            law = fits.hp_law(arch, schedule, target, compute)
+    for schedule in sorted({s for _, s in groups}):
+        # A law pools the schedule's archs: the schedule's colour when it is alone, else grey.
+        colour = theme.FALLBACK_COLOUR if multi_arch else theme.arm_colour(schedule)
+        xs = [o.compute[compute] for o in optima if o.cell["schedule"] == schedule]
+        for col, (target, _) in enumerate(TARGETS, start=1):
+            law = fits.hp_law(schedule, target, compute)
             if law is not None:
-                for trace in _law_traces(law, style, span, col):
-                    fig.add_trace(trace, row=1, col=col)
+                fig.add_trace(
+                    _law_trace(schedule, law, colour, (min(xs), max(xs)), col), row=1, col=col
+                )
     fig.update_xaxes(type="log", title_text=theme.compute_title(compute))
     for col, (target, title) in enumerate(TARGETS, start=1):
         fig.update_yaxes(type="log", title_text=title, row=1, col=col)
-        values = optima[target].drop_nulls()
-        if values.n_unique() == 1:
+        values = {getattr(o, target) for o in optima}
+        if len(values) == 1:
             # A fixed setting (the v2 designs fix the batch): plotly would pad one value by a
             # decade each way; a narrow range keeps the point readable as a constant.
-            fig.update_yaxes(range=theme.log_range(values.to_list(), pad=0.2), row=1, col=col)
-    theme.base_layout(fig, "Tuned optimum peak LR and batch vs compute")
-    note = ""
-    if schedule_lr_ratios(optima):
-        note = theme.RATIO_NOTE.format(ref="lr*_cosine", other="lr*_WSD")
+            fig.update_yaxes(range=theme.log_range(list(values), pad=0.2), row=1, col=col)
+    theme.base_layout(fig, "Fitted optimum peak LR and batch vs compute")
+    ratios = schedule_lr_ratios(fits)
+    note = theme.RATIO_NOTE.format(ref="lr_opt cosine", other="lr_opt WSD") if ratios else ""
     return Panel(
         key=f"hp-optima-{compute}",
         figure=fig,
-        caption=_caption(optima, fits, compute),
+        caption=_caption(optima, fits, compute, ratios),
         note=note,
     )
 
 
-def schedule_lr_ratios(optima: pl.DataFrame) -> list[float]:
-    """lr*_WSD / lr*_cosine for every (arch, size, budget) with both schedules tuned."""
-    wide = optima.pivot(on="schedule", index=["arch", "size", "budget_tokens"], values="lr")
-    if not {"cosine", "wsd"} <= set(wide.columns):
+def schedule_lr_ratios(fits: DashboardFits) -> list[float]:
+    """The report's lr_opt ratio (other / reference schedule) of every cell whose own-optima
+    difference is identified (both optima identified, with an interval)."""
+    comparison = fits.schedule_comparison
+    if comparison is None:
         return []
-    ratios = (wide["wsd"] / wide["cosine"]).drop_nulls().to_list()
-    return [r for r in ratios if math.isfinite(r)]
+    return [d.lr_ratio for d in comparison.cells if d.own.identified]
 
 
-def _caption(optima: pl.DataFrame, fits: DashboardFits, compute: str) -> str:
-    edges = optima.filter(pl.col("lr_edge").is_not_null()).height
+def _caption(
+    optima: list[CellOptimumRecord], fits: DashboardFits, compute: str, ratios: list[float]
+) -> str:
+    found = sum(o.loss.identified for o in optima)
     parts = [
-        f"Best (peak LR, batch) of each of {optima.height} cells vs compute "
-        f"({edges} LR optima at the edge of the values tried, open markers)"
+        f"Fitted optimum (peak LR, batch) of `k3scale fit` in each of {len(optima)} cells vs "
+        f"compute ({found} identified; hollow: not identified, left out of the laws; hover: why)"
     ]
-    laws = [law for law in fits.hp_laws if law.target == "lr" and law.compute == compute]
+    schedules = sorted({o.cell["schedule"] for o in optima})
+    laws = [(s, law) for s in schedules if (law := fits.hp_law(s, "lr_opt", compute))]
     if laws:
         exps = "; ".join(
-            f"{law.arch} {law.schedule} lr* ∝ C^{law.exponent:.3f}"
-            + (f" {theme.fmt_interval(*law.exponent_interval)}" if law.exponent_interval else "")
-            for law in laws
+            f"{schedule} lr_opt ∝ C^{law.params['exp_C']:.3f}"
+            + (f" {theme.fmt_interval(*ci)}" if (ci := law.intervals.get("exp_C")) else "")
+            for schedule, law in laws
         )
-        parts.append(f"fitted {exps}")
+        parts.append(f"HP laws of `k3scale fit` (per schedule, its identified cell optima): {exps}")
     else:
-        parts.append("no HP laws in the fit file")
-    ratios = schedule_lr_ratios(optima)
+        parts.append("no HP law in the fit file")
     if ratios:
+        reference = fits.schedule_comparison.reference
+        others = "/".join(sorted({d.other for d in fits.schedule_comparison.cells}))
         parts.append(
-            f"median lr*_WSD/lr*_cosine = {statistics.median(ratios):.2f} over {len(ratios)} cells"
+            f"median lr_opt {others}/{reference} = {statistics.median(ratios):.2f} over the "
+            f"{len(ratios)} cells whose comparison is identified (the report's lr_opt ratio)"
         )
     return "; ".join(parts) + "."

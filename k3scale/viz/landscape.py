@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from k3scale.errors import K3ScaleError
 from k3scale.viz import theme
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import TUNED, cell_label, cell_optima, require_columns
+from k3scale.viz.summaries import TUNED, best_trials, cell_label, require_columns
 
 # Colour scale tops out at this loss gap (nats/token): enough to separate good from bad trials
 # at the small scales k3scale runs (typical LR-sweep spreads are a few tenths of a nat).
@@ -90,7 +90,7 @@ def lr_batch_landscape_panel(
     group = runs.filter(
         (pl.col("arch") == arch) & (pl.col("schedule") == schedule) & (pl.col("arm") == TUNED)
     )
-    optima = cell_optima(group, metric)
+    optima = best_trials(group, metric)
     if optima.is_empty():
         raise K3ScaleError(f"dashboard: no finished tuned runs for {arch} {schedule}")
     sizes = optima.sort("n_active")["size"].unique(maintain_order=True).to_list()

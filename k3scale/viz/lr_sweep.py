@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from k3scale.errors import K3ScaleError
 from k3scale.viz import theme
 from k3scale.viz.panel import Panel
-from k3scale.viz.summaries import SEED, SHARED, TUNED, cell_optima, finished_with
+from k3scale.viz.summaries import SEED, SHARED, TUNED, best_trials, finished_with
 
 SHARED_COLOUR = "#000000"
 
@@ -111,7 +111,7 @@ def lr_sweep_panel(
     ok = finished_with(runs, metric).with_columns(
         pl.col("size").map_elements(_rung, pl.String).alias("rung"), _budget_level()
     )
-    optima = cell_optima(runs, metric).with_columns(
+    optima = best_trials(runs, metric).with_columns(
         pl.col("size").map_elements(_rung, pl.String).alias("rung"), _budget_level()
     )
     arms = sorted(optima[arm_key].unique().to_list())
@@ -221,7 +221,8 @@ def _caption(optima: pl.DataFrame, arm_key: str, reference: str, arms: list[str]
         values = sorted((both[other] / both[reference]).to_list())
         if values:
             ratios.append(
-                f"median lr*_{other}/lr*_{reference} = {values[len(values) // 2]:.2f} over {len(values)} cells"
+                f"median best-trial LR {other}/{reference} = {values[len(values) // 2]:.2f} over "
+                f"{len(values)} cells (the fitted optima's ratio is the schedule figure's)"
             )
     edges = optima.filter(pl.col("lr_edge").is_not_null()).height
     return (

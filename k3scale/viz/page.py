@@ -41,7 +41,7 @@ class Provenance:
     tables: str
     """Where the run tables came from."""
     run_table_hash: str
-    """Hash of the run table (k3scale.scaling.tables.table_hash when available)."""
+    """Hash of the run table (k3scale.scaling.inputs.tables.table_hash when available)."""
     num_runs: int
     code_version: str
     """k3scale version and the git SHA(s) the runs were trained with."""

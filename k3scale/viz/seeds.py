@@ -2,7 +2,7 @@
 
 Every seed re-run (arm "seed") is paired with the tuned trial it repeats (same cell, LR and
 batch, another seed). Their difference has standard deviation sqrt(2) * sigma, where sigma is
-the run-to-run noise the comparisons pool (k3scale/scaling/optimum.py): so sigma is estimated as
+the run-to-run noise the comparisons pool (k3scale/scaling/estimates/optimum.py): so sigma is estimated as
 the pairs' root mean square over sqrt(2), and about 95% of the pairs should fall inside
 +-1.96 * sqrt(2) * sigma (dashed lines).
 """

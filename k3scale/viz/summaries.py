@@ -1,17 +1,14 @@
-"""Per-cell summaries of a run table (polars): tuned optima with edge flags, seed intervals, counts.
+"""Per-cell summaries of a run table (polars): best trials with edge flags, shared runs, counts.
 
-These are aggregations, not fits: the best finished tuned trial of each cell, the spread of the
-seed re-runs at that point, and what the study spent. Fitted quantities come from `k3scale fit`.
+These are aggregations, not fits: the best finished tuned trial of each cell and what the study
+spent. Fitted quantities, and every interval on them, come from `k3scale fit`.
 Run-table columns are those of INTERFACES.md section 9; arms are `tuned`, `seed` and `shared`
 (k3scale/sweep/sources.py).
 """
 
 from __future__ import annotations
 
-import math
-
 import polars as pl
-from scipy.special import stdtrit
 
 from k3scale.errors import K3ScaleError
 
@@ -30,8 +27,6 @@ REQUIRED_RUN_COLUMNS = (
     "c_attn",
 )
 TUNED, SEED, SHARED = "tuned", "seed", "shared"
-# 95% intervals, the level every fit in k3scale/scaling reports (bootstrap.DEFAULT_LEVEL).
-LEVEL = 0.95
 
 
 def require_columns(table: pl.DataFrame, columns, what: str) -> None:
@@ -60,10 +55,10 @@ def _edge(best: float, low: float, high: float) -> str | None:
     return "high" if best >= high else None
 
 
-def cell_optima(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
+def best_trials(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
     """Best finished tuned trial per cell, with edge-of-range flags.
 
-    An optimum is flagged `low`/`high` when its LR (or batch) equals the smallest/largest value
+    A best trial is flagged `low`/`high` when its LR (or batch) equals the smallest/largest value
     tried in the cell by any tuned trial, diverged ones included: the true optimum may then lie
     outside the searched range.
 
@@ -105,98 +100,11 @@ def cell_optima(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
     )
 
 
-def mean_interval(values: list[float], level: float = LEVEL) -> tuple[float, float, float]:
-    """(mean, lo, hi): Student-t interval of the mean; lo = hi = NaN with fewer than 2 values."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def difference_interval(
-    a: list[float], b: list[float], level: float = LEVEL
-) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), lo, hi): Welch t-interval; NaN bounds when either has one value."""
-    diff = sum(a) / len(a) - sum(b) / len(b)
-    if len(a) < 2 or len(b) < 2:
-        return diff, math.nan, math.nan
-    va = sum((v - sum(a) / len(a)) ** 2 for v in a) / (len(a) - 1) / len(a)
-    vb = sum((v - sum(b) / len(b)) ** 2 for v in b) / (len(b) - 1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0.0:
-        return diff, diff, diff
-    # Welch-Satterthwaite degrees of freedom.
-    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = float(stdtrit(dof, 0.5 + level / 2)) * se
-    return diff, diff - half, diff + half
-
-
-def best_point_losses(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """Loss at each cell's tuned optimum over seeds: the best tuned run plus its seed re-runs.
-
-    Returns:
-        One row per cell: CELL_COLUMNS, `n_active`, `c_6n`, `lr`, `batch_size`, `mean`, `lo`,
-        `hi` (95% t-interval of the mean, NaN with one seed), `num_seeds` and `values`.
-    """
-    optima = cell_optima(runs, metric)
-    seeds = finished_with(runs, metric).filter(pl.col("arm") == SEED)
-    rows = []
-    for opt in optima.iter_rows(named=True):
-        extra = seeds.filter(
-            (pl.col("cell") == opt["cell"])
-            & (pl.col("lr") == opt["lr"])
-            & (pl.col("batch_size") == opt["batch_size"])
-        )
-        values = [opt["loss"], *extra[metric].to_list()]
-        mean, lo, hi = mean_interval(values)
-        rows.append(
-            {
-                **{c: opt[c] for c in (*CELL_COLUMNS, "n_active", "c_6n", "lr", "batch_size")},
-                "mean": mean,
-                "lo": lo,
-                "hi": hi,
-                "num_seeds": len(values),
-                "values": values,
-            }
-        )
-    return pl.DataFrame(rows, infer_schema_length=None)
-
-
-def shared_losses(runs: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """Shared-arm runs (a schedule run at the baseline schedule's optimum), one row per cell.
-
-    Returns:
-        CELL_COLUMNS, `lr`, `batch_size`, `mean`, `lo`, `hi`, `num_seeds`, `values` (as
-        `best_point_losses`).
-    """
-    shared = finished_with(runs, metric).filter(pl.col("arm") == SHARED)
-    if shared.is_empty():
-        shared = grid_shared_runs(runs, metric)
-    rows = []
-    for _, group in shared.group_by("cell", maintain_order=True):
-        first = group.row(0, named=True)
-        mean, lo, hi = mean_interval(group[metric].to_list())
-        rows.append(
-            {
-                **{c: first[c] for c in (*CELL_COLUMNS, "lr", "batch_size")},
-                "mean": mean,
-                "lo": lo,
-                "hi": hi,
-                "num_seeds": group.height,
-                "values": group[metric].to_list(),
-            }
-        )
-    return pl.DataFrame(rows, infer_schema_length=None)
-
-
 def grid_shared_runs(runs: pl.DataFrame, metric: str, reference: str = "cosine") -> pl.DataFrame:
     """The shared setting of a study tuned on one LR grid, which runs no shared arm of its own:
     each other schedule's tuned run at the `reference` schedule's best (lr, batch) of the same
     (arch, size, budget). Empty where the grid has no such run (a sampled search)."""
-    optima = cell_optima(runs, metric).filter(pl.col("schedule") == reference)
+    optima = best_trials(runs, metric).filter(pl.col("schedule") == reference)
     tuned = finished_with(runs, metric).filter(
         (pl.col("arm") == TUNED) & (pl.col("schedule") != reference)
     )

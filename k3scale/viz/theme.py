@@ -14,6 +14,12 @@ ARCH_COLOURS = {"k2": "#1f77b4", "k3": "#d62728"}
 SCHEDULE_COLOURS = {"cosine": "#2ca02c", "wsd": "#9467bd"}
 SCHEDULE_DASH = {"cosine": "solid", "wsd": "dash"}
 SCHEDULE_SYMBOL = {"cosine": "circle", "wsd": "diamond"}
+# The two compute-optimal routes of k3scale/scaling/estimates/compute_optimal.py: one line style each on
+# the frontier figure, one colour each on the multiplier figure (where the arm is fixed).
+ROUTE_DASH = {"surface": "solid", "envelope": "dash"}
+ROUTE_COLOURS = {"surface": "#ff7f0e", "envelope": "#17becf"}
+ROUTE_SYMBOL = {"surface": "circle", "envelope": "square"}
+UNIDENTIFIED_DASH = "dot"
 STATUS_COLOURS = {"finished": "#2ca02c", "diverged": "#ff7f0e", "failed": "#7f7f7f"}
 FALLBACK_COLOUR = "#444444"
 
@@ -36,7 +42,7 @@ BATCH_TOKENS_TITLE = "batch size (tokens/step)"
 PARAMS_TITLE = "active parameters N (parameters)"
 TOKENS_TITLE = "tokens seen (tokens)"
 # One sign convention for every difference and ratio, the one `k3scale fit` and `report` print
-# (k3scale/scaling/schedule_compare.py: diff = L_reference - L_other).
+# (k3scale/scaling/estimates/schedule_compare.py: diff = L_reference - L_other).
 DIFF_NOTE = (
     "Sign convention: a difference is reference − other ({ref} − {other}), so a negative value "
     "means {ref} reaches the lower loss."
@@ -70,6 +76,16 @@ TEMPLATE = {
         "hovermode": "closest",
     }
 }
+
+
+def estimate_marker(colour: str, symbol: str, identified: list[bool], size: int = 11) -> dict:
+    """Markers of estimates: filled where identified, open where not (every figure's rule)."""
+    return {
+        "color": colour,
+        "size": size,
+        "symbol": [symbol + ("" if ok else "-open") for ok in identified],
+        "line": {"color": colour, "width": 2},
+    }
 
 
 def loss_title(metric: str) -> str:
@@ -121,6 +137,11 @@ def group_style(arch: str, schedule: str, multi_arch: bool) -> dict[str, str]:
         "symbol": SCHEDULE_SYMBOL.get(schedule, "square"),
         "name": f"{arch} {schedule}",
     }
+
+
+def arm_colour(arm: str) -> str:
+    """Colour of an arm that is an architecture or a schedule."""
+    return ARCH_COLOURS.get(arm) or SCHEDULE_COLOURS.get(arm) or FALLBACK_COLOUR
 
 
 def log_range(values, pad: float = 0.05) -> list[float]:

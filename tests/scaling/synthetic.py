@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from k3scale.scaling.tables import RunData
+from k3scale.scaling.inputs.tables import RunData
 from k3scale.track import schema
 from k3scale.track.replica import ReplicaWriter
 

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from k3scale.cli import main
-from k3scale.scaling.tables import build_tables, write_tables
+from k3scale.scaling.inputs.tables import build_tables, write_tables
 from tests.scaling.synthetic import synthetic_runs
 
 OLD_FIT = b'{"analysis": "an earlier good fit"}\n'
@@ -140,9 +140,12 @@ def grid_points() -> pl.DataFrame:
 @pytest.mark.parametrize(
     ("points", "fragment"),
     [
-        (pl.DataFrame({"N": [1e8] * 10, "D": [1e9] * 10, "L": [3.0] * 10}), "got 1 distinct"),
-        (grid_points().filter(pl.col("D") < 1e10), "at least 3 distinct D"),
-        (grid_points().filter(pl.col("N") < 1e8), "at least 3 distinct N"),
+        (
+            pl.DataFrame({"N": [1e8] * 10, "D": [1e9] * 10, "L": [3.0] * 10}),
+            "got 1 distinct (N, D) points",
+        ),
+        (grid_points().filter(pl.col("D") < 1e10), "got 2 distinct D values"),
+        (grid_points().filter(pl.col("N") < 1e8), "got 2 distinct N values"),
     ],
 )
 def test_surface_with_too_few_distinct_points_exits_2(tmp_path, capsys, points, fragment):

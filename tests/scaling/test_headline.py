@@ -2,27 +2,41 @@
 
 from __future__ import annotations
 
+import json
+
 from k3scale.scaling.headline import headline_lines, markdown_tables, ratio_text
+from k3scale.scaling.values.fitdoc import (
+    ArmFrontier,
+    CellDifference,
+    CellOptimumRecord,
+    Comparison,
+    Curve,
+    PooledDifference,
+    Route,
+    ScheduleComparison,
+)
+from k3scale.scaling.values.result import dumps
+from k3scale.scaling.values.uncertainty import Estimate
+from k3scale.scaling.values.verdict import Verdict
 
-OK = "identified"
+OK = Verdict()
+CURVE = Curve((1e10, 1e11), (3.0, 2.9), (2.9, 2.8), (3.1, 3.0))
 
 
-def multiplier_doc(points: list[dict]) -> dict:
-    route = {"multiplier": {"k3": points}}
-    conv = {
-        "baseline": "k2",
-        "compute": [1e10, 3e10, 1e11],
-        "routes": {"surface": route, "envelope": {"skipped": "k2: 1 identified cell"}},
-        "agreement": {"k3": [{"status": "not comparable (a route is undefined here)"}] * 3},
-    }
-    return {"results": {"compute_optimal": {"c_6n": conv, "c_attn": {"skipped": "no arms"}}}}
+def multiplier_doc(points: list[Estimate]) -> dict:
+    """A fit document whose surface route holds `points` and whose envelope route was skipped."""
+    route = Route({"k2": ArmFrontier(CURVE), "k3": ArmFrontier(CURVE)}, {"k3": points})
+    routes = {"surface": route, "envelope": Route({}, {}, "k2: 1 identified cell")}
+    conv = Comparison("k2", (1e10, 3e10, 1e11), routes)
+    skipped = Comparison("k2", skipped="no arms")
+    return {"results": {"compute_optimal": {"c_6n": conv.to_json(), "c_attn": skipped.to_json()}}}
 
 
 def test_identified_multipliers_print_with_their_intervals():
     points = [
-        {"value": 2.5, "ci": [2.0, 3.1], "verdict": OK},
-        {"value": 2.46, "ci": [2.01, 3.0], "verdict": OK},
-        {"value": None, "ci": None, "verdict": "not identified: M(C) undefined at this compute"},
+        Estimate(2.5, [2.0, 3.1], OK),
+        Estimate(2.46, [2.01, 3.0], OK),
+        Estimate(None, None, Verdict("M(C) undefined at this compute")),
     ]
     lines = headline_lines(multiplier_doc(points))
     assert "compute multiplier (c_attn): not identified (no arms)" in lines
@@ -36,37 +50,46 @@ def test_identified_multipliers_print_with_their_intervals():
 
 def test_a_wide_interval_is_never_printed():
     """More than two decades: the verdict alone; within two, the numbers beside the verdict."""
-    wide = ratio_text(0.15, [7.56e-13, 9.95e56], "not identified: M(C) interval spans 69 decades")
+    wide = ratio_text(
+        Estimate(0.15, [7.56e-13, 9.95e56], Verdict("M(C) interval spans 69 decades"))
+    )
     assert wide == "not identified (M(C) interval spans 69 decades)"
-    narrow = ratio_text(2.0, [0.5, 20.0], "not identified: M(C) interval spans 1.6 decades (> 1)")
+    narrow = ratio_text(
+        Estimate(2.0, [0.5, 20.0], Verdict("M(C) interval spans 1.6 decades (> 1)"))
+    )
     assert narrow == "2 [0.5, 20], not identified (M(C) interval spans 1.6 decades (> 1))"
 
 
 def schedule_doc() -> dict:
-    own = {
-        "diff_own": -0.0123,
-        "ci_own": [-0.02, -0.004],
-        "verdict_own": OK,
-        "sign_own": "cosine lower",
-        "diff_shared": None,
-        "ci_shared": None,
-        "verdict_shared": "not identified: the other schedule never ran the reference's batch",
-        "lr_ratio": 0.8,
-    }
-    cell = {"cell": {"arch": "k3", "size": "k3-t1", "budget_tokens": 49152}, "comparison": {}}
-    cell["comparison"]["wsd"] = own
-    pooled = {"wsd": {"verdict": "not identified: 1 cluster(s)", "cells": 1}}
+    where = {"arch": "k3", "size": "k3-t1", "budget_tokens": 49152}
+    difference = CellDifference(
+        cell=where,
+        reference="cosine",
+        other="wsd",
+        own=Estimate(-0.0123, [-0.02, -0.004], OK),
+        shared=Estimate(None, None, Verdict("the other schedule never ran the reference's batch")),
+        lr_ratio=0.8,
+        batch_ratio=1.0,
+        losses={"cosine": 6.5, "wsd": 6.5123},
+    )
+    pooled = PooledDifference(1, 0, 0, Estimate(None, None, Verdict("1 cluster(s)")))
     noise = {"sd": 0.021, "method": "pooled", "quadratic_residual_sd": 0.02, "seed_sd": 0.022}
-    comparison = {"reference": "cosine", "cells": [cell], "pooled": pooled, "run_noise": noise}
-    optimum = {
-        "cell": {**cell["cell"], "schedule": "cosine"},
-        "optimum": {"trials": 7, "mode": "1d"},
-        "loss": 6.5,
-        "loss_ci": [6.49, 6.52],
-        "verdict": OK,
-        "best_trial": {"loss": 6.51},
-    }
-    return {"results": {"schedule_comparison": comparison, "cell_optima": [optimum]}}
+    comparison = ScheduleComparison("cosine", [difference], {"wsd": pooled}, noise)
+    optimum = CellOptimumRecord(
+        cell={**where, "schedule": "cosine"},
+        n=142295.0,
+        tokens=49152.0,
+        compute={"c_6n": 4.2e10},
+        loss=Estimate(6.5, [6.49, 6.52], OK),
+        lr_opt=0.01,
+        batch_opt=2048.0,
+        mode="1d",
+        trials=7,
+        best_trial={"lr": 0.01, "batch": 2048.0, "loss": 6.51, "run_id": "r1"},
+        seed_losses=[],
+    )
+    results = {"schedule_comparison": comparison, "cell_optima": [optimum]}
+    return json.loads(dumps({"results": results}))
 
 
 def test_schedule_lines_state_the_sign_and_the_verdicts():

@@ -2,8 +2,8 @@
 
 A sub-fit the data cannot support (too few points, tied computes, one size, no draws) reports
 `{"skipped": why}` or a `not identified: why` verdict for that quantity alone; every other
-quantity is still fitted and fit.json is written. First the user's table that lost its whole
-fit.json to one backtest of three points, then random study tables through both recipes.
+quantity is still fitted and fit.json is written. First a table like the user's that lost its
+whole fit.json to one sub-fit of three points, then random study tables through both recipes.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from k3scale.cli import main
-from k3scale.scaling import study, verdict
+from k3scale.scaling import study
 from k3scale.scaling.artifact import load_recipe
-from k3scale.scaling.result import dumps
-from k3scale.scaling.tables import CURVE_SCHEMA, RUN_SCHEMA, write_tables
+from k3scale.scaling.inputs.tables import CURVE_SCHEMA, RUN_SCHEMA, write_tables
+from k3scale.scaling.values import verdict
+from k3scale.scaling.values.result import dumps
 from k3scale.track import schema
 
 COSINE_VS_WSD_CPU = Path(__file__).resolve().parents[2] / "analysis/results/cosine_vs_wsd-cpu"
@@ -35,8 +36,7 @@ WSD_OFFSET = 0.02
 # (in log lr) and the middle batch the study ran (2048 tokens per step).
 LR_CURVATURE, BATCH_CURVATURE, BEST_BATCH_TOKENS = 0.05, 0.02, 2048
 # WSD's LR optimum sits this far (in log lr) past the LRs searched in every cell but these four:
-# its identified cells are then four compute-optimal ones, so the backtest, which holds out
-# the largest compute, fits L(C) = E + A C^-alpha through exactly three points.
+# its identified cells then hold two sizes, too few for the surface route.
 PAST_THE_SEARCHED_LRS = 3.0
 WSD_IDENTIFIED = ("k3-t1|D49152|wsd", "k3-t1|D98304|wsd", "k3-t1|D196608|wsd", "k3-t3|D196608|wsd")
 
@@ -66,7 +66,9 @@ def smooth_surface_table() -> pl.DataFrame:
     )
 
 
-def test_a_backtest_through_three_points_is_reported_and_fit_json_is_written(tmp_path, capsys):
+def test_a_route_the_identified_cells_cannot_support_is_skipped_and_fit_json_is_written(
+    tmp_path, capsys
+):
     write_tables(
         smooth_surface_table(),
         pl.read_parquet(COSINE_VS_WSD_CPU / "curves.parquet"),
@@ -85,12 +87,12 @@ def test_a_backtest_through_three_points_is_reported_and_fit_json_is_written(tmp
         "k3-t3",
     ]
     for conv in ("c_6n", "c_attn"):
-        assert (
-            "more points than its 3 parameters, got 3"
-            in (results["per_schedule"]["wsd"]["backtest"][conv]["skipped"])
+        routes = results["compute_optimal"][conv]["routes"]
+        assert "wsd: 4 distinct (N, D) points" in routes["surface"]["skipped"]
+        # The envelope needs no more than two computes: M(C) is still read from it.
+        assert len(routes["envelope"]["multiplier"]["cosine"]) == len(
+            results["compute_optimal"][conv]["compute"]
         )
-        # Cosine's nine identified cells still give its backtest.
-        assert results["per_schedule"]["cosine"]["backtest"][conv]["fit"]["n_points"] >= 4
     # The fixed difference is found wherever both optima are identified.
     found = [
         cell["comparison"]["wsd"]
@@ -104,24 +106,27 @@ def test_a_backtest_through_three_points_is_reported_and_fit_json_is_written(tmp
 
 def test_a_surface_through_optima_below_zero_loss_is_reported():
     """Trials that dip to nearly zero loss between two high ones: each cell's quadratic puts its
-    (interior, identified) optimum below zero, which the surface's log-loss fit cannot take."""
+    (interior, identified) optimum below zero, where no surface has non-negative coefficients."""
     rows = []
     for arch, schedule, _ in ARMS["k2_vs_k3"]:
         for rung in ("t1", "t2", "t3"):
             n, attn = RUNGS[arch][rung]
-            for budget in BUDGETS[:2]:
+            for budget in BUDGETS:
                 where = {"arch": arch, "schedule": schedule, "size": f"{arch}-{rung}"}
                 where |= {"budget_tokens": budget, "n_active": n, "attn": attn, "arm": "tuned"}
                 for k, (steps, loss) in enumerate(((-3, 1.0), (-1, 1e-3), (1, 2e-3), (3, 1.0))):
                     lr = BEST_LR * LR_STEP**steps
                     rows.append(where | {"trial": k, "lr": lr, "batch": 2048, "loss": loss})
     runs = pl.DataFrame([finish_row(r, "k2_vs_k3", i) for i, r in enumerate(rows)], RUN_SCHEMA)
-    options = study.StudyOptions(num_resamples=20, workers=1, surface_grid="coarse")
+    options = study.StudyOptions(num_resamples=20, workers=1)
     results = run_recipe("k2_vs_k3", runs, options)
     check_results(results, options)
     assert all(o["verdict"] == verdict.IDENTIFIED and o["loss"] < 0 for o in results["cell_optima"])
-    for arch in ("k2", "k3"):
-        assert "loss must be finite and positive" in results["per_arch"][arch]["surface"]["skipped"]
+    for part in results["compute_optimal"].values():
+        for arm in part["routes"]["surface"]["arms"].values():
+            assert arm["surface"]["verdict"] == verdict.not_identified(
+                "no non-negative (E, A, B) on the exponent grid"
+            )
 
 
 # --- property: any study table, every recipe --------------------------------------------------
@@ -139,17 +144,11 @@ def check_results(results: dict, options: study.StudyOptions) -> None:
         check_schedule_comparison(results["schedule_comparison"])
     for part in results["compute_optimal"].values():
         check_compute_optimal(part)
-    if "skipped" not in results["frontiers"]:
-        for part in results["frontiers"].values():
-            check_frontier(part)
     arm = "schedule" if "per_schedule" in results else "arch"
     arms = results[f"per_{arm}"]
     assert set(arms) == {o["cell"][arm] for o in results["cell_optima"]}
     for fits in arms.values():
         for name, by_conv in fits.items():
-            if name == "surface":
-                check_surface(by_conv, num_resamples)
-                continue
             assert set(by_conv) == set(options.computes), name
             check = check_hp_laws if name == "hp_laws" else check_fit
             for fit in by_conv.values():
@@ -219,26 +218,10 @@ def check_compute_optimal(part: dict) -> None:
                     check_quantity(surface["verdict"], surface["params"][p], surface["ci"][p])
 
 
-def check_frontier(part: dict) -> None:
-    if "skipped" in part:
-        return
-    for group in part["groups"].values():
-        assert all(finite(group[p]) for p in ("E", "A", "alpha")), group
-        assert group["success"] or group["message"], group
-        if "verdict" in group:
-            check_quantity(group["verdict"], group["alpha"], group["ci"]["alpha"])
-    for point in part["multiplier"]:
-        if "verdict" in point:
-            check_identified(point, "value", "ci")
-
-
 def check_fit(fit: dict) -> None:
-    """A FitResult (or a backtest around one) that failed says why; one that worked has values."""
+    """A FitResult that failed says why; one that worked has values."""
     if "skipped" in fit:
         return
-    if "held_out_compute" in fit:
-        assert all(finite(v) for v in fit["predicted"] + fit["relative_error"]), fit
-        fit = fit["fit"]
     assert isinstance(fit["success"], bool)
     if not fit["success"]:
         assert fit["message"], fit
@@ -253,16 +236,6 @@ def check_hp_laws(laws: dict) -> None:
         if "skipped" not in forms:
             for fit in forms.values():
                 check_fit(fit)
-
-
-def check_surface(surface: dict, num_resamples: int) -> None:
-    if "skipped" in surface:
-        return
-    check_fit(surface)
-    if verdict.is_identified(surface["verdict"]):
-        for p in ("alpha", "beta") if num_resamples else ():
-            lo, hi = surface["intervals"][p]
-            assert finite(lo) and finite(hi), surface
 
 
 # A study table is drawn as a design (which rungs, budgets, cells, trials, LRs, batches, seeds)
@@ -491,7 +464,6 @@ fit_options = st.builds(
     num_resamples=st.sampled_from((0, 3, 20)),
     computes=st.sampled_from((("c_6n", "c_attn"), ("c_6n",), ("c_attn",))),
     workers=st.just(1),
-    surface_grid=st.just("coarse"),
 )
 
 

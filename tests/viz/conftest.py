@@ -1,4 +1,5 @@
-"""The committed fixture study (tests/viz/data, made by make_fixture.py) and its fits."""
+"""The committed fixture study (tests/viz/data, made by make_fixture.py) and its fit artifacts,
+made from the tables by the project's recipes (fit_fixture.py) once per test session."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from k3scale.viz.fits import fits_from_json
+from k3scale.viz.fits import DashboardFits
+from tests.viz.fit_fixture import fit_artifact
 
 DATA = Path(__file__).parent / "data"
+RECIPES = ("k2_vs_k3", "cosine_vs_wsd")
 
 
 @pytest.fixture(scope="session")
@@ -24,10 +27,32 @@ def curves() -> pl.DataFrame:
 
 
 @pytest.fixture(scope="session")
-def fit_document() -> dict:
-    return json.loads((DATA / "fit.json").read_text())
+def artifacts(runs, curves) -> dict[str, dict]:
+    """Recipe name -> the artifact `k3scale fit RECIPE` writes for the fixture tables."""
+    return {recipe: fit_artifact(recipe, runs, curves) for recipe in RECIPES}
+
+
+@pytest.fixture(scope="session")
+def fit_document(artifacts) -> dict:
+    return artifacts["k2_vs_k3"]
 
 
 @pytest.fixture(scope="session")
 def fits(fit_document):
-    return fits_from_json(fit_document, source="fixture")
+    return DashboardFits.from_artifact(fit_document, source="fixture")
+
+
+@pytest.fixture(scope="session")
+def wsd_fits(artifacts):
+    return DashboardFits.from_artifact(artifacts["cosine_vs_wsd"], source="fixture")
+
+
+@pytest.fixture(scope="session")
+def fit_files(artifacts, tmp_path_factory) -> dict[str, Path]:
+    """Recipe name -> the fixture's artifact written as `k3scale fit` writes it."""
+    folder = tmp_path_factory.mktemp("fits")
+    paths = {}
+    for recipe, document in artifacts.items():
+        paths[recipe] = folder / f"{recipe}.json"
+        paths[recipe].write_text(json.dumps(document, sort_keys=True, indent=1))
+    return paths

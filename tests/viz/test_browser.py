@@ -107,6 +107,8 @@ INSPECT_FIGURE = """
 }
 """
 
+# The fixture's fit artifacts are made when the tests run (conftest.py `fit_files`), one per
+# layout's recipe; the committed studies' are their fit.json.
 STUDIES = [
     pytest.param(DATA, "k2_vs_k3", id="fixture-k2_vs_k3"),
     pytest.param(DATA, "cosine_vs_wsd", id="fixture-cosine_vs_wsd"),
@@ -149,12 +151,13 @@ def promised_bands(caption: str) -> bool:
 
 
 @pytest.mark.parametrize(("tables", "layout"), STUDIES)
-def test_dashboard_draws_offline_in_chromium(tmp_path, tables, layout):
+def test_dashboard_draws_offline_in_chromium(tmp_path, tables, layout, fit_files):
     if not CHROMIUM.is_file():
         pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`")
     from playwright.sync_api import sync_playwright
 
-    html, panels, _ = render(tables, tables / "fit.json", layout, "final_val_ood_loss", "inline")
+    fit = fit_files[layout] if tables == DATA else tables / "fit.json"
+    html, panels, _ = render(tables, fit, layout, "final_val_ood_loss", "inline")
     page_path = tmp_path / f"{layout}.html"
     page_path.write_text(html, encoding="utf-8")
     requests: list[str] = []

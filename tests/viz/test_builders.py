@@ -1,32 +1,30 @@
 """Every figure builder on the committed fixture: data drawn, headline numbers in the captions.
 
-Expected numbers are recomputed here from the run table or the fit JSON (and, for fitted
-curves, with k3scale/scaling's own formulas), not read back from the builders.
+Expected numbers are recomputed here from the run table, or read from the fit artifact the
+project's recipes make of the fixture tables (conftest.py), not read back from the builders.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import plotly.colors
 import polars as pl
 import pytest
-from scipy import stats
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.frontier import predict_frontier
-from k3scale.scaling.multiplier import multiplier_at
+from k3scale.scaling.headline import ratio_text, reason_text
+from k3scale.scaling.values.uncertainty import Estimate
+from k3scale.scaling.values.verdict import Verdict
 from k3scale.viz import curves as curves_mod
-from k3scale.viz import frontier, hp, landscape, overview, schedules, surface
-from k3scale.viz.summaries import (
-    cell_optima,
-    difference_interval,
-    mean_interval,
-    representative_cells,
-)
+from k3scale.viz import frontier, hp, landscape, overview, surface, theme
+from k3scale.viz.fits import DashboardFits
+from k3scale.viz.summaries import best_trials, representative_cells
 
 METRIC = "final_val_ood_loss"
 
@@ -110,9 +108,9 @@ def test_landscape_marks_optimum_and_edge_optima(runs):
         lr_edge = best["lr"] in (part["lr"].min(), part["lr"].max())
         batch_edge = best["batch_size"] in (part["batch_size"].min(), part["batch_size"].max())
         edges += lr_edge or batch_edge
-    assert f"{edges} of 6 optima sit at the edge" in panel.caption
+    assert f"{edges} of 9 optima sit at the edge" in panel.caption
     stars = [t for t in panel.figure.data if t.marker.symbol in ("star", "star-open")]
-    assert len(stars) == 6
+    assert len(stars) == 9
     assert sum(s.marker.symbol == "star-open" for s in stars) == edges
     # The optimum's colour is on no part of the loss colour scale (where yellow means worst).
     assert {s.marker.color for s in stars} == {landscape.OPTIMUM_COLOUR}
@@ -144,131 +142,187 @@ def test_cell_optima_flags_edges_on_a_hand_made_cell():
         {**base, "run_id": "c", "lr": 1e-2, "batch_size": 8, METRIC: 2.9},
         {**base, "run_id": "d", "lr": 3e-2, "batch_size": 8, METRIC: None, "status": "diverged"},
     ]
-    opt = cell_optima(pl.DataFrame(rows), METRIC).row(0, named=True)
+    opt = best_trials(pl.DataFrame(rows), METRIC).row(0, named=True)
     assert (opt["run_id"], opt["lr_edge"], opt["batch_edge"]) == ("b", None, "high")
     rows[2][METRIC] = 2.0
-    opt = cell_optima(pl.DataFrame(rows), METRIC).row(0, named=True)
+    opt = best_trials(pl.DataFrame(rows), METRIC).row(0, named=True)
     # The diverged trial at 3e-2 brackets the optimum at 1e-2 from above.
     assert (opt["run_id"], opt["lr_edge"], opt["batch_edge"]) == ("c", None, "low")
     rows[3] = {**rows[3], "status": "finished", METRIC: 1.0}
-    assert cell_optima(pl.DataFrame(rows), METRIC)["lr_edge"][0] == "high"
+    assert best_trials(pl.DataFrame(rows), METRIC)["lr_edge"][0] == "high"
 
 
-def test_hp_panel_draws_laws_and_reports_the_lr_ratio(runs, fits):
-    panel = hp.hp_optima_panel(runs, fits, METRIC, "c_6n")
-    best = {c: best_tuned(runs, c) for c in runs["cell"].unique()}
-    ratios = []
-    for cell, row in best.items():
-        if row["schedule"] == "wsd":
-            ratios.append(row["lr"] / best[cell.replace("|wsd", "|cosine")]["lr"])
-    assert f"median lr*_WSD/lr*_cosine = {statistics.median(ratios):.2f}" in panel.caption
-    assert f"over {len(ratios)} cells" in panel.caption
-    for law in (law for law in fits.hp_laws if law.target == "lr"):
-        assert f"{law.arch} {law.schedule} lr* ∝ C^{law.exponent:.3f}" in panel.caption
-    fills = [t for t in panel.figure.data if t.fill == "toself"]
-    assert len(fills) == len(fits.hp_laws) == 8
+def test_hp_panel_draws_the_fitted_optima_and_the_stored_laws(wsd_fits, artifacts):
+    panel = hp.hp_optima_panel(wsd_fits, "c_6n")
+    results = artifacts["cosine_vs_wsd"]["results"]
+    optima = results["cell_optima"]
+    points = [t for t in panel.figure.data if t.mode == "markers"]
+    for trace in points:
+        target = "lr_opt" if trace.xaxis == "x" else "batch_opt"
+        for x, y, symbol in zip(trace.x, trace.y, trace.marker.symbol):
+            (entry,) = [
+                o
+                for o in optima
+                if o["c_6n"] == x
+                and f"{o['cell']['arch']} {o['cell']['schedule']}" in trace.name
+                and o["optimum"]["params"][target] == y
+            ]
+            assert symbol.endswith("-open") == (not Verdict.from_json(entry["verdict"]).identified)
+    assert sum(len(t.x) for t in points) == 2 * len(optima)
+    assert {s.endswith("-open") for t in points for s in t.marker.symbol} == {True, False}
+    lines = [t for t in panel.figure.data if t.mode == "lines"]
+    assert lines
+    for line in lines:
+        schedule = line.name.split()[0]
+        target = "lr_opt" if line.xaxis == "x" else "batch_opt"
+        params = results["per_schedule"][schedule]["hp_laws"]["c_6n"][target]["C"]["params"]
+        # The stored law y = k C^exp_C, evaluated where drawn: never a refit.
+        expected = params["k"] * np.asarray(line.x) ** params["exp_C"]
+        np.testing.assert_allclose(line.y, expected, rtol=1e-12)
+        if target == "lr_opt":
+            assert f"{schedule} lr_opt ∝ C^{params['exp_C']:.3f}" in panel.caption
+    # The report's lr_opt ratio of the cells whose comparison it identifies.
+    ratios = [
+        c["comparison"]["wsd"]["lr_ratio"]
+        for c in results["schedule_comparison"]["cells"]
+        if Verdict.from_json(c["comparison"]["wsd"]["verdict_own"]).identified
+    ]
+    assert ratios
+    assert f"median lr_opt wsd/cosine = {statistics.median(ratios):.2f}" in panel.caption
+    assert f"over the {len(ratios)} cells" in panel.caption
     assert all(panel.figure.layout[f"yaxis{i}"].type == "log" for i in ("", "2"))
+    with pytest.raises(K3ScaleError, match=r"no fit file given"):
+        hp.hp_optima_panel(DashboardFits())
 
 
-def test_frontier_panel_draws_each_fit_with_its_band(runs, fits, fit_document):
+def test_frontier_panel_draws_the_stored_curves_and_fitted_optima(runs, fits, fit_document):
     panel = frontier.frontier_panel(runs, fits, METRIC, "c_6n")
-    comparisons = [c for c in fit_document["frontier_comparisons"] if c["compute"] == "c_6n"]
-    for comp in comparisons:
-        for arch, group in comp["result"]["groups"].items():
-            assert f"{arch} {comp['fixed']} α={group['alpha']:.3f}" in panel.caption
-            line = next(
-                t
-                for t in panel.figure.data
-                if t.name == f"{arch} {comp['fixed']} fit α={group['alpha']:.3f}"
-            )
-            expected = predict_frontier(group, np.asarray(line.x))
-            np.testing.assert_allclose(line.y, expected, rtol=1e-12)
-    assert sum(t.fill == "toself" for t in panel.figure.data) == 4
+    stored = fit_document["results"]["compute_optimal"]["c_6n"]["routes"]
+    for route, part in stored.items():
+        for arm, entry in part["arms"].items():
+            line = next(t for t in panel.figure.data if t.name == f"{arm} L*(C), {route} route")
+            assert list(line.x) == entry["curve"]["compute"]
+            assert list(line.y) == entry["curve"]["loss"]
+            assert line.line.dash == ("solid" if route == "surface" else "dash")
+    assert sum(t.fill == "toself" for t in panel.figure.data) >= 4
+    optima = fit_document["results"]["cell_optima"]
+    filled = [t for t in panel.figure.data if t.name.endswith("cell optima")]
+    hollow = [t for t in panel.figure.data if t.name.endswith("cell optima, not identified")]
+    identified = [o for o in optima if Verdict.from_json(o["verdict"]).identified]
+    assert sum(len(t.y) for t in filled) == len(identified)
+    assert sum(len(t.y) for t in hollow) == len(optima) - len(identified) > 0
+    for trace in filled:
+        for x, y, up in zip(trace.x, trace.y, trace.error_y.array):
+            entry = next(o for o in identified if (o["c_6n"], o["loss"]) == (x, y))
+            assert y + up == pytest.approx(entry["loss_ci"][1], rel=1e-12)
+    assert all(t.error_y.visible is False for t in hollow)
+    assert all(t.marker.symbol.endswith("-open") for t in hollow)
+    assert f"({len(identified)} of {len(optima)} identified" in panel.caption
+    assert "band: 95%" in panel.caption and "bars: 95%" in panel.caption
     assert panel.figure.layout.xaxis.type == panel.figure.layout.yaxis.type == "log"
     assert "FLOPs" in panel.figure.layout.xaxis.title.text
     assert "nats/token" in panel.figure.layout.yaxis.title.text
 
 
-def test_multiplier_caption_states_m_at_the_largest_compute_and_shared_k(fits, fit_document):
-    fit = next(m for m in fits.multipliers if m.fixed == "cosine" and m.compute == "c_6n")
-    panel = frontier.multiplier_panel(fit)
-    comp = next(
-        c
-        for c in fit_document["frontier_comparisons"]
-        if c["fixed"] == "cosine" and c["compute"] == "c_6n"
-    )
-    groups = comp["result"]["groups"]
-    # Value, interval and compute of one entry: the largest compute inside the data.
-    top = comp["result"]["data_compute_range"][1]
-    entry = max(
-        (m for m in comp["result"]["multiplier"] if m["compute"] <= top * (1 + 1e-9)),
-        key=lambda m: m["compute"],
-    )
-    expected = multiplier_at(groups["k2"], groups["k3"], [entry["compute"]])[0]
-    shown = re.search(r"M = ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] at C = (\S+) FLOPs", panel.caption)
-    assert float(shown.group(1)) == pytest.approx(expected, rel=0.02)
-    assert [float(shown.group(i)) for i in (2, 3)] == pytest.approx(entry["ci"], rel=0.01)
-    assert float(shown.group(4)) == pytest.approx(entry["compute"], rel=0.01)
-    assert max(panel.figure.data[0].x) <= top * (1 + 1e-9)
+UNIDENTIFIED = "not identified: alpha interval [0.05, 0.125] leaves (0.05, 2.0)"
+# How the figures word it: as the report does.
+UNIDENTIFIED_TEXT = "not identified (alpha interval [0.05, 0.125] leaves (0.05, 2.0))"
+
+
+def _with_surface_verdict(doc: dict, arm: str, ruling: str) -> dict:
+    doc = copy.deepcopy(doc)
+    for result in doc["results"]["compute_optimal"].values():
+        result["routes"]["surface"]["arms"][arm]["surface"]["verdict"] = ruling
+    return doc
+
+
+def test_an_unidentified_surface_is_drawn_apart_and_named(runs, fit_document):
+    fits = DashboardFits.from_artifact(_with_surface_verdict(fit_document, "k2", UNIDENTIFIED))
+    panel = frontier.frontier_panel(runs, fits, METRIC, "c_6n")
+    (line,) = [t for t in panel.figure.data if (t.name or "").startswith("k2 L*(C), surface")]
+    assert line.name.endswith("(not identified)") and line.line.dash == "dot"
+    bands = [t for t in panel.figure.data if t.fill == "toself"]
+    assert all(not t.legendgroup.startswith("k2 L*(C), surface") for t in bands)
+    assert f"k2 surface route dotted, its surface {UNIDENTIFIED_TEXT}" in panel.caption
+    chinchilla = surface.surface_panel(fits, "k2", "cosine")
+    assert UNIDENTIFIED_TEXT in chinchilla.figure.layout.title.text
+    lines = [t for t in chinchilla.figure.data if t.type == "scatter" and t.mode == "lines"]
+    assert lines and all(t.line.dash == "dot" for t in lines)
+
+
+def test_without_a_fit_the_frontier_draws_runs_only(runs):
+    panel = frontier.frontier_panel(runs, DashboardFits(), METRIC, "c_6n")
+    assert all(t.name.endswith("all runs") for t in panel.figure.data)
+    assert "no fit file" in panel.caption
+
+
+def test_multiplier_caption_states_the_reports_values(fits, fit_document):
+    panel = frontier.multiplier_panel(fits, "c_6n", "k3")
+    stored = fit_document["results"]["compute_optimal"]["c_6n"]
+    for route in ("surface", "envelope"):
+        entries = stored["routes"][route]["multiplier"]["k3"]
+        i = max(i for i, e in enumerate(entries) if Verdict.from_json(e["verdict"]).identified)
+        printed = ratio_text(Estimate.from_json(entries[i]))
+        at = theme.fmt_sci(stored["compute"][i])
+        assert f"{route} route M = {printed} at C = {at} FLOPs" in panel.caption
+    for entry in stored["routes"]["surface"]["multiplier"]["k3"]:
+        ruling = Verdict.from_json(entry["verdict"])
+        if not ruling.identified:
+            assert reason_text(ruling) in panel.caption
     assert "M > 1 means k3 needs less compute" in panel.note
-    shared = comp["result"]["shared_exponent"]
-    assert f"shared-exponent k = {shared['multiplier']:.2f}" in panel.caption
-    assert "accepted" in panel.caption
     assert drawn_points(panel.figure) > 0
 
 
-def test_schedule_comparison_counts_cells_where_cosine_wins(runs):
-    panel = schedules.schedule_comparison_panel(runs, "k3", METRIC)
-    wins, cells = 0, 0
-    k3 = runs.filter(pl.col("arch") == "k3")
-    for cell in k3.filter(pl.col("schedule") == "cosine")["cell"].unique().to_list():
-        means = {}
-        for sched in ("cosine", "wsd"):
-            c = cell.replace("|cosine", f"|{sched}")
-            best = best_tuned(runs, c)
-            seeds = k3.filter(
-                (pl.col("cell") == c)
-                & (pl.col("arm") == "seed")
-                & (pl.col("lr") == best["lr"])
-                & (pl.col("batch_size") == best["batch_size"])
-            )[METRIC].to_list()
-            means[sched] = statistics.mean([best[METRIC], *seeds])
-        wins += means["wsd"] > means["cosine"]
-        cells += 1
-    assert f"cosine lower in {wins}/{cells} cells" in panel.caption
-    assert panel.num_traces == 6
-    with pytest.raises(K3ScaleError, match="cosine and WSD"):
-        schedules.schedule_comparison_panel(runs.filter(pl.col("schedule") == "wsd"), "k3")
+def test_a_multiplier_with_no_value_is_listed_not_drawn(fit_document):
+    from k3scale.viz.dashboard import PanelList
+
+    doc = copy.deepcopy(fit_document)
+    ruling = "not identified: M(C) interval spans 60.0 decades (> 1)"
+    for part in doc["results"]["compute_optimal"]["c_6n"]["routes"].values():
+        for entry in part["multiplier"]["k3"]:
+            entry.update(value=None, verdict=ruling)
+    page = PanelList()
+    page.add(frontier.multiplier_panel, DashboardFits.from_artifact(doc), "c_6n", "k3")
+    assert not page.panels
+    (line,) = page.skipped
+    assert "not drawn" in line and "60.0 decades" in line
 
 
-def test_surface_panel_contours_the_fit_and_needs_several_sizes(runs, fits):
-    panel = surface.surface_panel(runs, fits, "k3", "cosine", METRIC)
-    fit = fits.surface("k3", "cosine")
-    assert f"α={fit.params['alpha']:.3f}, β={fit.params['beta']:.3f}" in panel.caption
+def test_surface_panel_draws_the_reports_surface(fits, fit_document):
+    panel = surface.surface_panel(fits, "k3", "cosine")
+    stored = fit_document["results"]["compute_optimal"]["c_6n"]["routes"]["surface"]["arms"]
+    params, ci = stored["k3"]["surface"]["params"], stored["k3"]["surface"]["ci"]
+    alpha = f"α={params['alpha']:.3f} {theme.fmt_interval(*ci['alpha'])}"
+    beta = f"β={params['beta']:.3f} {theme.fmt_interval(*ci['beta'])}"
+    assert f"{alpha}, {beta}" in panel.caption
+    assert stored["k3"]["surface"]["verdict"] in panel.figure.layout.title.text
     contour = next(t for t in panel.figure.data if t.type == "contour")
-    assert np.isfinite(np.asarray(contour.z)).all()
-    one_size = runs.filter(pl.col("size").str.ends_with("t1"))
+    n, d = 10 ** np.asarray(contour.x), 10 ** np.asarray(contour.y)
+    expected = (
+        params["E"]
+        + params["A"] * n[None, :] ** -params["alpha"]
+        + params["B"] * d[:, None] ** -params["beta"]
+    )
+    np.testing.assert_allclose(np.asarray(contour.z), expected, rtol=1e-12)
+    optima = fits.optima(arch="k3", schedule="cosine")
+    points = [t for t in panel.figure.data if t.type == "scatter" and t.name.startswith("D = ")]
+    points = [t for t in points if t.mode == "markers"]
+    assert sorted(y for t in points for y in t.y) == sorted(o.loss.value for o in optima)
+
+
+def test_surface_panel_without_a_surface_says_why(fits):
+    one_size = replace(
+        fits, cell_optima=tuple(o for o in fits.cell_optima if o.cell["size"].endswith("t1"))
+    )
     with pytest.raises(K3ScaleError, match="several sizes per budget"):
-        surface.surface_panel(one_size, fits, "k3", "cosine", METRIC)
+        surface.surface_panel(one_size, "k3", "cosine")
+    panel = surface.surface_panel(replace(fits, comparisons={}), "k3", "cosine")
+    assert not any(t.type == "contour" for t in panel.figure.data)
+    assert "no surface drawn: the fit file has no compute-optimal section" in panel.caption
+    with pytest.raises(K3ScaleError, match="no fit file given"):
+        surface.surface_panel(DashboardFits(), "k3", "cosine")
 
 
 def test_builders_name_missing_columns(runs):
     with pytest.raises(K3ScaleError, match="c_6n"):
         overview.overview_panel(runs.drop("c_6n"))
-
-
-def test_mean_interval_matches_scipy():
-    values = [4.1, 4.15, 4.08, 4.2]
-    mean, lo, hi = mean_interval(values)
-    ref = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
-    assert (lo, hi) == pytest.approx(ref, rel=1e-12)
-    assert mean == pytest.approx(np.mean(values))
-    assert all(math.isnan(v) for v in mean_interval([4.0])[1:])
-
-
-def test_difference_interval_is_welch():
-    a, b = [4.3, 4.35, 4.28], [4.1, 4.2, 4.15, 4.12]
-    diff, lo, hi = difference_interval(a, b)
-    ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
-    assert diff == pytest.approx(np.mean(a) - np.mean(b))
-    assert (lo, hi) == pytest.approx((ref.low, ref.high), rel=1e-10)

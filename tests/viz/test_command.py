@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -12,9 +13,10 @@ import pytest
 
 from k3scale.cli import main
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.tables import table_hash
+from k3scale.scaling.inputs.tables import table_hash
 from k3scale.viz import export_png
 from k3scale.viz.page import PLOTLY_JS_ID
+from tests.viz.fit_fixture import fit_artifact
 
 DATA = Path(__file__).parent / "data"
 
@@ -27,9 +29,9 @@ def page_without_plotly_js(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory) -> str:
+def page(tmp_path_factory, fit_files) -> str:
     out = tmp_path_factory.mktemp("page") / "k2_vs_k3.html"
-    args = ["dashboard", "--from", str(DATA), "--fit", str(DATA / "fit.json")]
+    args = ["dashboard", "--from", str(DATA), "--fit", str(fit_files["k2_vs_k3"])]
     assert main([*args, "--layout", "k2_vs_k3", "--out", str(out)]) == 0
     return out.read_text(encoding="utf-8")
 
@@ -42,9 +44,13 @@ def test_page_is_self_contained(page):
     assert page.count(f'<script id="{PLOTLY_JS_ID}">') == 1
 
 
-def test_page_has_every_figure_with_caption_and_provenance(page, runs, fit_document):
+def test_page_has_every_figure_with_caption_and_provenance(page, runs, fits):
     sections = re.findall(r'<section id="([^"]+)" class="panel">', page)
-    assert sections[:2] == ["overview", "multiplier-k3-over-k2-cosine-c_6n"]
+    assert sections[:3] == [
+        "overview",
+        "multiplier-k3-over-k2-c_6n",
+        "multiplier-k3-over-k2-c_attn",
+    ]
     assert len(sections) == len(set(sections)) >= 15
     assert page.count('<p class="caption">') == len(sections)
     for key in sections:
@@ -52,10 +58,8 @@ def test_page_has_every_figure_with_caption_and_provenance(page, runs, fit_docum
     assert table_hash(runs) in page
     assert "runs trained at 0123456789ab" in page
     assert re.search(r"sha256 [0-9a-f]{16}", page)
-    shared = fit_document["frontier_comparisons"][0]["result"]["shared_exponent"]
-    lo, hi = shared["ci"]
-    expected = f"shared-exponent k = {shared['multiplier']:.2f} [{lo:.3g}, {hi:.3g}] (accepted"
-    assert html.escape(expected) in page
+    # The headline the report prints heads the page, each line with its verdict.
+    assert fits.headline and all(html.escape(line.strip()) in page for line in fits.headline)
 
 
 def test_js_file_mode_writes_plotly_next_to_the_page(tmp_path):
@@ -64,7 +68,7 @@ def test_js_file_mode_writes_plotly_next_to_the_page(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert f'<script id="{PLOTLY_JS_ID}" src="plotly.min.js"></script>' in text
     assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
-    assert "no frontier fit supplied" in text
+    assert "no fit file, so no fitted cell optimum or frontier" in text
 
 
 def _study_folder(root: Path, name: str) -> Path:
@@ -75,9 +79,9 @@ def _study_folder(root: Path, name: str) -> Path:
     return root / name
 
 
-def test_study_name_resolves_its_folder_and_fit(tmp_path, capsys):
+def test_study_name_resolves_its_folder_and_fit(tmp_path, capsys, fit_files):
     folder = _study_folder(tmp_path / "studies", "fixture-demo")
-    shutil.copy(DATA / "fit.json", folder / "fit.json")
+    shutil.copy(fit_files["k2_vs_k3"], folder / "fit.json")
     out = tmp_path / "page.html"
     root = str(tmp_path / "studies")
     assert main(["dashboard", "fixture", "--studies-root", root, "--out", str(out)]) == 0
@@ -92,14 +96,19 @@ def test_study_name_resolves_its_folder_and_fit(tmp_path, capsys):
 
 def test_unsupported_figures_are_listed_not_fatal(tmp_path, capsys):
     runs = pl.read_parquet(DATA / "runs.parquet").filter(pl.col("size").str.ends_with("t2"))
+    curves = pl.read_parquet(DATA / "curves.parquet")
     runs.write_parquet(tmp_path / "runs.parquet")
-    shutil.copy(DATA / "curves.parquet", tmp_path / "curves.parquet")
+    curves.write_parquet(tmp_path / "curves.parquet")
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(fit_artifact("k2_vs_k3", runs, curves)))
     out = tmp_path / "page.html"
-    assert main(["dashboard", "--from", str(tmp_path), "--out", str(out)]) == 0
-    assert (
-        "skipped: the Chinchilla view of k3 cosine needs several sizes" in capsys.readouterr().out
-    )
+    assert main(["dashboard", "--from", str(tmp_path), "--fit", str(fit), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "skipped: the Chinchilla view of k3 cosine needs several sizes" in said
+    assert "skipped: no IsoFLOP view of k3" in said
     assert "Figures the data could not support" in out.read_text(encoding="utf-8")
+    assert main(["dashboard", "--from", str(tmp_path), "--out", str(out)]) == 0
+    assert "the cell optima of `k3scale fit` (no fit file given)" in capsys.readouterr().out
 
 
 def test_attempts_the_server_lost_mid_start_are_named_not_fatal(tmp_path, capsys):

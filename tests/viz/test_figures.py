@@ -1,8 +1,10 @@
-"""Figure builders added for issue 21: IsoFLOP minima, LR sweeps of both arms, WSD trunks with
+"""Figure builders added for issue 21: IsoFLOP minima (as `k3scale fit` stores them), LR sweeps of both arms, WSD trunks with
 branches, and the conventions every difference and ratio figure states. Fast (no browser)."""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,72 +12,75 @@ import polars as pl
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.isoflop import isoflop_minimum
-from k3scale.viz import frontier, hp, isoflop, lr_sweep, overview, schedules, trunks
-from k3scale.viz.summaries import cell_optima
-from tests.viz.make_fixture import true_loss
+from k3scale.viz import frontier, isoflop, lr_sweep, overview, trunks
+from k3scale.viz.fits import DashboardFits
+from k3scale.viz.summaries import best_trials
+from tests.viz.fit_fixture import fit_artifact
+from tests.viz.make_fixture import make_isoflop_tables
 
 METRIC = "final_val_ood_loss"
 COMMITTED = Path(__file__).resolve().parents[2] / "analysis" / "results"
 
 
-def _isoflop_runs() -> pl.DataFrame:
-    """One tuned run per cell on an IsoFLOP design: 5 sizes at each of 2 budgets C = 6 N D."""
-    rows = []
-    for c in (1e12, 4e12):
-        for n in (30_000, 60_000, 120_000, 240_000, 480_000):
-            d = int(c / (6 * n))
-            loss = true_loss("k2", "t1", d, "cosine", 2.5e-2, 12) + (
-                0.3 / (n / 30_000) ** 0.3 - 0.3
-            )
-            rows.append(
-                {
-                    "run_id": f"r{len(rows)}",
-                    "status": "finished",
-                    "arm": "tuned",
-                    "cell": f"k2-{n}|D{d}|cosine",
-                    "arch": "k2",
-                    "schedule": "cosine",
-                    "size": f"k2-{n}",
-                    "budget_tokens": d,
-                    "lr": 1e-2,
-                    "batch_size": 8,
-                    "batch_tokens": 1024,
-                    "n_active": n,
-                    "tokens": d,
-                    "c_6n": 6.0 * n * d,
-                    "c_attn": 7.0 * n * d,
-                    METRIC: loss,
-                }
-            )
-    return pl.DataFrame(rows)
+@pytest.fixture(scope="module")
+def isoflop_artifact() -> dict:
+    """`k3scale fit k2_vs_k3` of one arch tuned on an IsoFLOP grid (make_fixture.py)."""
+    return fit_artifact("k2_vs_k3", *make_isoflop_tables())
 
 
-def test_isoflop_marks_each_levels_fitted_minimum():
-    runs = _isoflop_runs()
-    panel = isoflop.isoflop_panel(runs, "k2", "cosine", METRIC)
-    stars = [t for t in panel.figure.data if t.marker.symbol in ("star", "star-open")]
-    assert len(stars) == 2
-    optima = cell_optima(runs, METRIC)
-    for star, (level, part) in zip(stars, isoflop.compute_levels(optima, "c_6n")):
-        expected = isoflop_minimum(part["n_active"].to_numpy(), part["loss"].to_numpy())
-        assert star.x[0] == pytest.approx(expected["n_opt"])
-        assert star.y[0] == pytest.approx(expected["loss_opt"])
-        assert part["c_6n"].to_numpy() == pytest.approx(level, rel=0.05)
-    assert "2 compute levels" in panel.caption
+def test_isoflop_marks_the_minima_the_fit_stored(isoflop_artifact):
+    fits = DashboardFits.from_artifact(isoflop_artifact)
+    panel = isoflop.isoflop_panel(fits, "k2", "c_6n")
+    stored = isoflop_artifact["results"]["per_arch"]["k2"]["isoflop"]["c_6n"]
+    minima = stored["extra"]["minima"]
+    (stars,) = [t for t in panel.figure.data if t.name.startswith("minima of")]
+    assert list(stars.x) == [m["n_opt"] for m in minima]
+    assert list(stars.y) == [m["loss_opt"] for m in minima]
+    assert list(stars.marker.symbol) == ["star" if m["used"] else "star-open" for m in minima]
+    assert {m["used"] for m in minima} == {True, False}
+    # Levels as the fit groups cells: one per stored minimum, each drawn in its own colour.
+    levels = [t for t in panel.figure.data if t.name.startswith("C = ")]
+    assert len(levels) == len(minima) == 4
+    assert [level.marker.color for level in levels] == list(stars.marker.color)
+    assert f"a = {stored['params']['exp_C']:.3f}" in panel.caption
+    assert "4 compute levels" in panel.caption
     lo, hi = panel.figure.layout.xaxis.range
-    assert 10**lo >= 30_000 / 1.2 and 10**hi <= 480_000 * 1.2
+    assert 10**lo >= 15_000 / 1.2 and 10**hi <= 15_360_000 * 1.2
 
 
-def test_isoflop_on_a_grid_without_shared_compute_is_a_skip_note(runs):
-    with pytest.raises(K3ScaleError, match="no IsoFLOP view of k3 cosine"):
-        isoflop.isoflop_panel(runs, "k3", "cosine", METRIC)
+def test_isoflop_without_a_fit_says_why(isoflop_artifact, fits):
+    doc = copy.deepcopy(isoflop_artifact)
+    doc["results"]["per_arch"]["k2"]["isoflop"]["c_6n"] = {"skipped": "too few budgets"}
+    panel = isoflop.isoflop_panel(DashboardFits.from_artifact(doc), "k2", "c_6n")
+    assert not [t for t in panel.figure.data if t.name.startswith("minima of")]
+    assert "skipped the fit: too few budgets" in panel.caption
+    del doc["results"]["per_arch"]
+    panel = isoflop.isoflop_panel(DashboardFits.from_artifact(doc), "k2", "c_6n")
+    assert "holds no IsoFLOP fit of k2" in panel.caption
+
+
+def test_isoflop_on_a_grid_without_shared_compute_is_a_skip_note(fits):
+    one_budget = replace(
+        fits, cell_optima=tuple(o for o in fits.cell_optima if o.cell["budget_tokens"] == 131_072)
+    )
+    with pytest.raises(K3ScaleError, match=r"no IsoFLOP view of k3: .* holds two or more sizes"):
+        isoflop.isoflop_panel(one_budget, "k3")
+
+
+def test_fixture_levels_pair_sizes_without_a_fit(fits):
+    # t1 at the largest budget and t2 at the smallest share a compute level; two sizes are not
+    # enough for a minimum, and the caption says why the fit gives none.
+    panel = isoflop.isoflop_panel(fits, "k3")
+    levels = [t for t in panel.figure.data if t.name.startswith("C = ")]
+    assert levels and all(len(t.x) == 2 for t in levels)
+    assert {t.name.rsplit(", ", 1)[1] for t in levels} == {"cosine", "wsd"}
+    assert "skipped the fit" in panel.caption
 
 
 def test_lr_sweep_overlays_both_schedules_and_marks_the_shared_setting(runs):
     panel = lr_sweep.lr_sweep_panel(runs, "schedule", "cosine", "k3", METRIC)
     part = runs.filter(pl.col("arch") == "k3")
-    optima = cell_optima(part, METRIC)
+    optima = best_trials(part, METRIC)
     best = [t for t in panel.figure.data if t.name.endswith("best (open: at an LR edge)")]
     assert len(best) == optima.height
     assert sorted(t.x[0] for t in best) == sorted(optima["lr"].to_list())
@@ -86,7 +91,7 @@ def test_lr_sweep_overlays_both_schedules_and_marks_the_shared_setting(runs):
     assert sorted(s.x0 for s in lines) == sorted(
         optima.filter(pl.col("schedule") == "cosine")["lr"].to_list()
     )
-    assert "median lr*_wsd/lr*_cosine" in panel.caption
+    assert "median best-trial LR wsd/cosine" in panel.caption
     assert "Ratio convention" in panel.note
 
 
@@ -94,7 +99,7 @@ def test_lr_sweep_of_archs_shares_design_cells(runs):
     panel = lr_sweep.lr_sweep_panel(runs, "arch", "k2", "cosine", METRIC)
     names = {t.name.split()[0] for t in panel.figure.data if "best" in t.name}
     assert names == {"k2", "k3"}
-    assert "over 6 cells" in panel.caption
+    assert "over 9 cells" in panel.caption
 
 
 @pytest.fixture(scope="module")
@@ -127,43 +132,29 @@ def test_wsd_branches_need_branch_runs(runs, curves):
         trunks.wsd_branches_panel(runs, curves, METRIC)
 
 
-def test_bands_have_no_markers_and_stay_inside_the_data(runs, fits):
+def test_bands_have_no_markers_and_leave_undefined_stretches_open(runs, fits):
     panel = frontier.frontier_panel(runs, fits, METRIC, "c_6n")
     bands = [t for t in panel.figure.data if t.fill == "toself"]
     assert bands and all(t.mode == "lines" for t in bands)
-    for fit in (f for f in fits.frontiers if f.compute == "c_6n"):
-        lo, hi = fit.data_range
-        for trace in panel.figure.data:
-            if trace.legendgroup == f"{fit.arch} {fit.schedule}" and trace.mode == "lines":
-                assert lo * 0.999 <= min(trace.x) and max(trace.x) <= hi * 1.001
-    assert "95% bootstrap band" in panel.caption
-    hp_panel = hp.hp_optima_panel(runs, fits, METRIC)
-    assert all(t.mode == "lines" for t in hp_panel.figure.data if t.fill == "toself")
+    for band in bands:
+        assert all(v is not None and np.isfinite(v) for v in band.y)
+    assert frontier.finite_stretches([1.0, np.nan, 2.0, 3.0], [1.0, 1.0, np.nan, 3.0]) == [
+        [0],
+        [3],
+    ]
+    assert frontier.finite_stretches([1.0, 2.0, 3.0]) == [[0, 1, 2]]
 
 
-def test_frontier_caption_promises_no_band_it_does_not_draw(runs, fits):
-    from dataclasses import replace
-
-    bare = replace(fits, frontiers=tuple(replace(f, band=None) for f in fits.frontiers))
-    panel = frontier.frontier_panel(runs, bare, METRIC, "c_6n")
+def test_frontier_caption_promises_no_band_it_does_not_draw(runs, fit_document):
+    doc = copy.deepcopy(fit_document)
+    routes = doc["results"]["compute_optimal"]["c_6n"]["routes"]
+    routes["envelope"] = {"skipped": "no Pareto points"}
+    for arm in routes["surface"]["arms"].values():
+        arm["surface"]["verdict"] = "not identified: beta on the grid's edge"
+    panel = frontier.frontier_panel(runs, DashboardFits.from_artifact(doc), METRIC, "c_6n")
     assert not any(t.fill == "toself" for t in panel.figure.data)
-    assert "(0 of 4 with a 95% bootstrap band)" in panel.caption
-
-
-def test_schedule_difference_uses_the_fit_sign_and_draws_only_real_bars(runs):
-    panel = schedules.schedule_comparison_panel(runs, "k3", METRIC)
-    diff = next(t for t in panel.figure.data if t.name == "cosine − wsd (own optima)")
-    assert "cosine − WSD" in panel.note or "cosine − wsd" in panel.note
-    own = cell_optima(runs.filter(pl.col("arch") == "k3"), METRIC)
-    first = diff.x[0]
-    cos = next(t for t in panel.figure.data if t.name == "cosine at own optimum")
-    wsd = next(t for t in panel.figure.data if t.name == "wsd at own optimum")
-    i = list(cos.x).index(first)
-    assert diff.y[0] == pytest.approx(cos.y[i] - wsd.y[list(wsd.x).index(first)])
-    # A point from one run (the shared arm) carries no bar, not a zero-length one.
-    shared = next(t for t in panel.figure.data if t.name == "wsd at cosine's optimum")
-    assert all(v is None for v in shared.error_y.array)
-    assert own.height
+    assert "band: 95%" not in panel.caption
+    assert "envelope route skipped: no Pareto points" in panel.caption
 
 
 def test_counts_get_integer_ticks(runs):
@@ -172,13 +163,16 @@ def test_counts_get_integer_ticks(runs):
     assert axis.tickformat == "d" and axis.dtick >= 1 and float(axis.dtick).is_integer()
 
 
-def test_log_axes_use_power_exponents(runs, fits):
-    fit = next(m for m in fits.multipliers if m.compute == "c_6n")
-    panel = frontier.multiplier_panel(fit)
+def test_log_axes_use_power_exponents(fits):
+    panel = frontier.multiplier_panel(fits, "c_6n", "k3")
     assert panel.figure.layout.template.layout.yaxis.exponentformat == "power"
     lo, hi = panel.figure.layout.yaxis.range
-    values = [*fit.band.lo, *fit.band.hi, 1.0]
+    routes = fits.comparisons["c_6n"].routes.values()
+    points = [e for r in routes for e in r.multiplier["k3"] if e.value is not None]
+    values = [e.value for e in points] + [v for e in points if e.identified for v in e.interval]
+    values.append(1.0)
     assert hi - lo <= np.log10(max(values) / min(values)) + 0.2
+    assert 10**lo <= min(values) and max(values) <= 10**hi
 
 
 def test_seed_noise_pairs_each_rerun_with_its_original():
@@ -225,9 +219,9 @@ def test_lr_sweep_pairs_budgets_by_rank_when_each_size_has_its_own(runs):
         .alias("budget_tokens")
     )
     panel = lr_sweep.lr_sweep_panel(shifted, "arch", "k2", "cosine", METRIC)
-    assert "over 6 cells" in panel.caption
+    assert "over 9 cells" in panel.caption
     titles = [a.text for a in panel.figure.layout.annotations if "tokens" in a.text]
-    assert len(titles) == 6 and all("-" in t.split("D=")[1] for t in titles)
+    assert len(titles) == 9 and all("-" in t.split("D=")[1] for t in titles)
 
 
 def test_on_one_lr_grid_the_shared_setting_is_the_other_arms_grid_trial():
@@ -236,7 +230,7 @@ def test_on_one_lr_grid_the_shared_setting_is_the_other_arms_grid_trial():
     assert runs.filter(pl.col("arm") == "shared").is_empty()
     panel = lr_sweep.lr_sweep_panel(runs, "arch", "k2", "wsd", METRIC)
     shared = [t for t in panel.figure.data if t.name.endswith("(shared setting)")]
-    k2_best = cell_optima(runs.filter(pl.col("arch") == "k2"), METRIC)
+    k2_best = best_trials(runs.filter(pl.col("arch") == "k2"), METRIC)
     k3_tried = runs.filter(pl.col("arch") == "k3").select("size", "budget_tokens", "lr")
     # Each arm's grid has its own centre per rung, so K3 was tried at K2's best LR in some cells
     # only: exactly those cells show K3 at K2's best.

@@ -1,193 +1,106 @@
-"""Fit JSON adapter: native k3scale/scaling outputs and the dashboard's own sections."""
+"""What the dashboards read from a fit artifact: fitdoc's records, as the report reads them."""
 
 from __future__ import annotations
 
 import copy
+import json
 
-import numpy as np
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.frontier import predict_frontier
-from k3scale.viz.fits import fits_from_json
+from k3scale.scaling.headline import headline_lines
+from k3scale.scaling.values import fitdoc
+from k3scale.scaling.values.result import FitResult
+from k3scale.viz.fits import DashboardFits
 
 
-def test_fixture_document_parses_into_every_section(fits, fit_document):
-    assert len(fits.frontiers) == 2 * len(fit_document["frontier_comparisons"]) == 6
-    assert len(fits.multipliers) == 3
-    assert len(fits.hp_laws) == 8
-    assert len(fits.surfaces) == 4
-    comp = fit_document["frontier_comparisons"][0]
-    k3 = fits.frontier("k3", comp["fixed"], comp["compute"])
-    source = comp["result"]["groups"]["k3"]
-    assert k3.params == {p: source[p] for p in ("E", "A", "alpha")}
-    assert k3.intervals["alpha"] == source["ci"]["alpha"]
-    assert k3.band.x == tuple(comp["bands"]["k3"]["x"])
-    c = np.geomspace(1e10, 1e13, 7)
-    np.testing.assert_allclose(k3.predict(c), predict_frontier(source, c), rtol=1e-14)
+def test_the_records_are_fitdocs(fits, fit_document):
+    results = fit_document["results"]
+    assert list(fits.cell_optima) == fitdoc.read_cell_optima(results)
+    assert fits.comparisons == fitdoc.read_comparisons(results)
+    assert fits.schedule_comparison is None
+    assert {o.loss.identified for o in fits.cell_optima} == {True, False}
+    assert fits.multipliers() == [("c_6n", "k2", "k3"), ("c_attn", "k2", "k3")]
+    assert fits.loss == "final_val_ood_loss" and fits.analysis == "k2_vs_k3"
+    assert list(fits.headline) == headline_lines(fit_document)
 
 
-def test_multiplier_band_comes_from_the_comparison_entries(fits, fit_document):
-    comp = fit_document["frontier_comparisons"][0]
-    m = next(
-        x for x in fits.multipliers if (x.fixed, x.compute) == (comp["fixed"], comp["compute"])
+def test_lookups_by_arch_schedule_and_convention(fits, wsd_fits, artifacts, fit_document):
+    k3 = fits.optima(arch="k3", schedule="cosine")
+    assert k3 and all(o.cell["arch"] == "k3" and o.cell["schedule"] == "cosine" for o in k3)
+    stored = artifacts["cosine_vs_wsd"]["results"]
+    assert wsd_fits.schedule_comparison == fitdoc.read_schedule_comparison(stored)
+    laws = stored["per_schedule"]
+    found = 0
+    for schedule, part in laws.items():
+        for conv, targets in part["hp_laws"].items():
+            for target in ("lr_opt", "batch_opt"):
+                law = wsd_fits.hp_law(schedule, target, conv)
+                doc = targets.get(target, {})
+                if "C" in doc and "skipped" not in doc["C"]:
+                    assert law == FitResult.from_dict(doc["C"])
+                    found += 1
+                else:
+                    assert law is None
+    assert found > 0
+    routes = fit_document["results"]["compute_optimal"]["c_6n"]["routes"]
+    stored_k3 = fitdoc.SurfaceRecord.from_json(routes["surface"]["arms"]["k3"]["surface"])
+    assert fits.surface(("k3", "cosine")) == (stored_k3, "")
+
+
+def test_skipped_fits_keep_their_reasons(fit_document, artifacts):
+    doc = copy.deepcopy(fit_document)
+    doc["results"]["compute_optimal"]["c_attn"] = {"skipped": "needs two arch values"}
+    doc["results"]["compute_optimal"]["c_6n"]["routes"]["surface"] = {"skipped": "no surface"}
+    fits = DashboardFits.from_artifact(doc)
+    assert fits.multipliers() == [("c_6n", "k2", "k3")]
+    assert fits.comparisons["c_attn"].skipped == "needs two arch values"
+    assert fits.surface(("k3",)) == (
+        None,
+        "surface route (c_6n) skipped by `k3scale fit`: no surface",
     )
-    entries = sorted(comp["result"]["multiplier"], key=lambda e: e["compute"])
-    assert m.band.median == tuple(e["value"] for e in entries)
-    assert m.band.lo == tuple(e["ci"][0] for e in entries)
-    assert (m.base, m.new) == ("k2", "k3")
-    shared = comp["result"]["shared_exponent"]
-    assert m.shared_k == shared["multiplier"]
-    assert m.shared_accepted is (not shared["rejected"])
+    wsd = copy.deepcopy(artifacts["cosine_vs_wsd"])
+    wsd["results"]["per_schedule"]["wsd"]["hp_laws"]["c_6n"]["batch_opt"] = {"skipped": "flat"}
+    wsd["results"]["per_schedule"]["cosine"]["hp_laws"]["c_attn"] = {"skipped": "few cells"}
+    fits = DashboardFits.from_artifact(wsd)
+    assert "batch_opt law of wsd (c_6n) skipped: flat" in fits.notes
+    assert "lr_opt and batch_opt laws of cosine (c_attn) skipped: few cells" in fits.notes
+    assert fits.hp_law("wsd", "batch_opt", "c_6n") is None
 
 
-def test_a_not_identified_multiplier_is_listed_not_drawn(fit_document):
-    from k3scale.viz.dashboard import PanelList
-    from k3scale.viz.frontier import multiplier_panel
-
-    document = copy.deepcopy(fit_document)
-    entries = document["frontier_comparisons"][0]["result"]["multiplier"]
-    for entry in entries:
-        entry["verdict"] = "not identified: M(C) interval spans 60.0 decades (> 1)"
-    (blank,) = [m for m in fits_from_json(document).multipliers if not m.band.x]
-    assert len(blank.not_identified) == len(entries)
-    page = PanelList()
-    page.add(multiplier_panel, blank)
-    assert not page.panels
-    (line,) = page.skipped
-    assert "not drawn" in line and "60.0 decades" in line
-    entries[0]["verdict"] = "identified"
-    (drawn,) = [m for m in fits_from_json(document).multipliers if len(m.band.x) == 1]
-    assert drawn.band.median == (entries[0]["value"],)
-    assert len(drawn.not_identified) == len(entries) - 1
-
-
-def test_hp_law_maps_power_law_params(fits, fit_document):
-    entry = fit_document["hp_power_laws"][0]
-    law = fits.hp_law(entry["arch"], entry["schedule"], entry["target"], entry["compute"])
-    assert (law.coef, law.exponent) == (
-        entry["fit"]["params"]["k"],
-        entry["fit"]["params"]["exp_C"],
-    )
-    c = np.array([1e11, 1e12])
-    np.testing.assert_allclose(law.predict(c), law.coef * c**law.exponent)
-
-
-def test_own_sections_parse():
-    band = {"x": [1e10, 1e11], "lo": [1.5, 1.6], "hi": [3.0, 3.5], "median": [2.0, 2.5]}
-    doc = {
-        "frontiers": [
-            {
-                "arch": "k3",
-                "schedule": "cosine",
-                "compute": "c_attn",
-                "fit": {
-                    "params": {"E": 2.0, "A": 50.0, "alpha": 0.2},
-                    "success": True,
-                    "extra": {"compute_range": [1e10, 1e12]},
-                },
-            }
-        ],
-        "multipliers": [
-            {
-                "base": "k2",
-                "new": "k3",
-                "fixed": "cosine",
-                "band": band,
-                "data_range": [1e10, 1e11],
-                "shared": {"k": 2.5, "interval": [2.1, 2.9], "accepted": True},
-            }
-        ],
-        "hp_laws": [
-            {
-                "arch": "k3",
-                "schedule": "wsd",
-                "target": "lr",
-                "fit": {"params": {"coef": 3.0, "exponent": -0.3}},
-            }
-        ],
-        "surfaces": [
-            {
-                "arch": "k3",
-                "schedule": "cosine",
-                "fit": {"params": {"E": 1.8, "A": 400.0, "B": 400.0, "alpha": 0.34, "beta": 0.28}},
-            }
-        ],
-    }
-    fits = fits_from_json(doc)
-    assert fits.frontier("k3", "cosine", "c_attn").data_range == (1e10, 1e12)
-    assert fits.multipliers[0].shared_k_interval == (2.1, 2.9)
-    assert fits.hp_law("k3", "wsd", "lr", "c_6n").exponent == -0.3
-    surf = fits.surface("k3", "cosine")
-    assert surf.predict(1e6, 1e9) == pytest.approx(1.8 + 400 / 1e6**0.34 + 400 / 1e9**0.28)
+def test_only_an_artifact_of_this_schema_is_read(fit_document):
+    # The hand-made sections of earlier dashboards are gone: one estimator per number.
+    with pytest.raises(K3ScaleError, match="not a `k3scale fit` artifact"):
+        DashboardFits.from_artifact({"frontiers": [], "multipliers": []})
+    old = copy.deepcopy(fit_document)
+    old["provenance"]["artifact_version"] = 1
+    with pytest.raises(K3ScaleError, match=r"artifact version 1.*rerun `k3scale fit k2_vs_k3`"):
+        DashboardFits.from_artifact(old)
 
 
 @pytest.mark.parametrize(
-    ("path", "value", "message"),
+    "edit",
     [
-        (("frontier_comparisons", 0, "result", "groups", "k2", "alpha"), None, "alpha"),
-        (("hp_power_laws", 0, "target"), "momentum", "target must be one of"),
-        (("frontier_comparisons", 0, "bands", "k2", "lo"), [1.0], "differ in length"),
-        (("surfaces",), {"not": "a list"}, "surfaces must be a list"),
+        lambda d: d["results"]["cell_optima"][0].pop("loss"),
+        lambda d: d["results"]["cell_optima"][0].update(verdict="fine"),
+        lambda d: d["results"]["compute_optimal"]["c_6n"].pop("routes"),
     ],
 )
-def test_malformed_documents_name_the_field(fit_document, path, value, message):
+def test_a_malformed_artifact_is_one_error(fit_document, edit):
     doc = copy.deepcopy(fit_document)
-    target = doc
-    for key in path[:-1]:
-        target = target[key]
-    if value is None:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    with pytest.raises(K3ScaleError, match=message):
-        fits_from_json(doc)
-
-
-def _artifact(fit_document: dict, table_hash: str) -> dict:
-    """A `k3scale fit k2_vs_k3`-shaped artifact around real scaling outputs of the fixture."""
-    comps = {
-        c["compute"]: c for c in fit_document["frontier_comparisons"] if c["fixed"] == "cosine"
-    }
-    surfaces = {s["arch"]: s["fit"] for s in fit_document["surfaces"] if s["schedule"] == "cosine"}
-    return {
-        "analysis": "k2_vs_k3",
-        "provenance": {"table_hash": table_hash},
-        "results": {
-            "cell_optima": [{"cell": {"arch": a, "schedule": "cosine"}} for a in ("k2", "k3")],
-            "frontiers": {
-                "c_6n": comps["c_6n"]["result"],
-                "c_attn": {"skipped": "needs two arch values"},
-            },
-            "per_arch": {
-                "k2": {"surface": {"skipped": "too few sizes"}},
-                "k3": {"surface": surfaces["k3"]},
-            },
-        },
-    }
-
-
-def test_fit_artifact_is_translated_with_its_skip_notes(fit_document):
-    fits = fits_from_json(_artifact(fit_document, "abc"))
-    assert {(f.arch, f.schedule, f.compute) for f in fits.frontiers} == {
-        ("k2", "cosine", "c_6n"),
-        ("k3", "cosine", "c_6n"),
-    }
-    assert [(m.base, m.new, m.fixed) for m in fits.multipliers] == [("k2", "k3", "cosine")]
-    assert [s.arch for s in fits.surfaces] == ["k3"]
-    assert any("c_attn" in n and "needs two arch values" in n for n in fits.notes)
-    assert any("surface fit of k2" in n for n in fits.notes)
+    edit(doc)
+    with pytest.raises(K3ScaleError, match="fit file: malformed artifact"):
+        DashboardFits.from_artifact(doc)
 
 
 def test_dashboard_warns_when_the_artifact_was_fitted_on_another_table(tmp_path, fit_document):
-    import json
-
     from k3scale.commands.dashboard import render
     from tests.viz.conftest import DATA
 
+    doc = copy.deepcopy(fit_document)
+    doc["provenance"]["table_hash"] = "0" * 64
     path = tmp_path / "fit.json"
-    path.write_text(json.dumps(_artifact(fit_document, "0" * 64)))
-    text, panels, notes = render(DATA, path, "k2_vs_k3", "final_val_ood_loss", "file")
+    path.write_text(json.dumps(doc))
+    text, panels, _ = render(DATA, path, "k2_vs_k3", "final_val_ood_loss", "file")
     assert "WARNING: fitted on a different run table" in text
-    assert any("needs two arch values" in n for n in notes)
-    assert any(p.key == "multiplier-k3-over-k2-cosine-c_6n" for p in panels)
+    assert any(p.key == "multiplier-k3-over-k2-c_6n" for p in panels)

@@ -1,0 +1,286 @@
+"""Compute-optimal frontiers of an arm and the compute multiplier between arms (methods.md 2.1-2.6).
+
+A frontier is never fitted through every cell optimum: a cell that another cell beats at lower
+compute is not on it. Two routes, side by side:
+
+- "surface" (Chinchilla Approach 3): fit L(N, D) = E + A N^-alpha + B D^-beta to the arm's cell
+  optima, then L*(C) = min over N of L(N, C / k(N)) with N and D kept inside the data's ranges
+  (k(N) = FLOPs per token under the convention in use, interpolated over the arm's rungs);
+- "envelope" (Approach 1, model-free): the Pareto points of the cell optima in (C, L), joined
+  linearly in log C.
+
+The multiplier M(C) = C_base(L*_new(C)) / C (the baseline compute that matches the new arm's loss
+at C) is read only inside the compute range both arms cover, and only where the new arm's loss
+lies inside the baseline frontier's own range (no extrapolation). Every route is evaluated on the
+draws of the cell optima (k3scale/scaling/estimates/optimum.py), so its percentile interval carries the
+tuning and run noise of every cell; each draw refits the surface.
+
+The surface is `surface.fit_surface_grid` (variable projection on an exponent grid, every draw
+at once). It does not depend on the FLOP convention, so a study fits it once per arm
+(`fit_arm_surfaces`) and reads it under each convention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from k3scale.scaling.laws.frontier import multiplier, record_lows
+from k3scale.scaling.laws.surface import fit_surface_grid
+from k3scale.scaling.values import verdict
+from k3scale.scaling.values.checks import surface_design_reason
+from k3scale.scaling.values.fitdoc import ArmFrontier, Comparison, Curve, Route, SurfaceRecord
+from k3scale.scaling.values.uncertainty import (
+    MIN_INTERVAL_DRAWS,
+    Estimate,
+    percentile_band,
+    percentile_interval,
+)
+from k3scale.scaling.values.verdict import Verdict
+
+N_GRID = 64
+C_GRID = 9
+BASE_GRID = 128
+# A frontier's stored curve: this many points of its BASE_GRID, both ends included.
+CURVE_POINTS = 17
+ROUTES = ("surface", "envelope")
+SURFACE_PARAMS = ("E", "A", "alpha", "B", "beta")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmOptima:
+    """One arm's identified cell optima under one FLOP convention.
+
+    Attributes:
+        name: arm (an architecture or a schedule).
+        n, d: [k] parameters and tokens of each cell.
+        compute: [k] training FLOPs of each cell.
+        loss: [k] point estimates of the cells' optimum losses.
+        draws: [S, k] draws of those losses (the same S for every arm compared).
+    """
+
+    name: str
+    n: np.ndarray
+    d: np.ndarray
+    compute: np.ndarray
+    loss: np.ndarray
+    draws: np.ndarray
+
+    @property
+    def compute_range(self) -> tuple[float, float]:
+        return float(self.compute.min()), float(self.compute.max())
+
+
+def surface_frontier(params: np.ndarray, arm: ArmOptima, compute: np.ndarray) -> np.ndarray:
+    """L*(C) [S, m] = min over N in the arm's range of L(N, C / k(N)), D in the arm's range.
+
+    k(N) (FLOPs per token) is interpolated log-linearly over the arm's cells; NaN where no N
+    in range gives a D in range.
+    """
+    log_n = np.log(arm.n)
+    log_k = np.log(arm.compute / arm.d)
+    order = np.argsort(log_n)
+    grid_n = np.exp(np.linspace(log_n.min(), log_n.max(), N_GRID))
+    k_of_n = np.exp(np.interp(np.log(grid_n), log_n[order], log_k[order]))
+    d = compute[:, None] / k_of_n[None]  # [m, N]
+    inside = (d >= arm.d.min() * (1 - 1e-9)) & (d <= arm.d.max() * (1 + 1e-9))
+    e, a, alpha, b, beta = (params[:, i, None, None] for i in range(5))
+    with np.errstate(invalid="ignore", over="ignore"):
+        loss = e + a * grid_n[None, None] ** -alpha + b * d[None] ** -beta  # [S, m, N]
+    loss = np.where(inside[None], loss, np.inf)
+    best = loss.min(axis=2)
+    return np.where(np.isfinite(best), best, np.nan)
+
+
+# Computes within this distance in log C (1e-9 relative) are the same compute to the envelope.
+COMPUTE_TIE_LOG = 1e-9
+
+
+def _distinct_computes(compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order sorting the cells by compute, first sorted index of each distinct compute, their
+    log computes).
+
+    Cells whose computes tie (a grid where N x D repeats, equal only to rounding) are one
+    compute: the best of them is the frontier's point there. Left apart, rounding decided their
+    order, and so which of them the Pareto rule kept (3.19 for a true 2.5 on AVX-512).
+    """
+    order = np.argsort(compute)
+    log_c = np.log(compute[order])
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(log_c) > COMPUTE_TIE_LOG]))
+    return order, starts, log_c[starts]
+
+
+def envelope_frontier(arm: ArmOptima, losses: np.ndarray, compute: np.ndarray) -> np.ndarray:
+    """Model-free L(C) [S, m]: each row's Pareto points in (log C, L), joined linearly.
+
+    Between the largest Pareto compute and the arm's largest compute the last Pareto loss
+    holds (no cheaper-or-equal cell beats it); below the smallest compute it is NaN.
+    """
+    order, starts, log_c = _distinct_computes(arm.compute)
+    out = np.full((losses.shape[0], len(compute)), np.nan)
+    targets = np.log(compute)
+    outside = (targets < log_c[0] - 1e-12) | (targets > log_c[-1] + 1e-12)
+    for s, row in enumerate(np.minimum.reduceat(losses[:, order], starts, axis=1)):
+        keep = record_lows(row)
+        values = np.interp(targets, log_c[keep], row[keep])
+        values[outside] = np.nan
+        out[s] = values
+    return out
+
+
+def pareto_count(arm: ArmOptima) -> int:
+    """How many distinct computes carry a Pareto point of the arm's point estimates."""
+    order, starts, _ = _distinct_computes(arm.compute)
+    return int(record_lows(np.minimum.reduceat(arm.loss[order], starts)).sum())
+
+
+def common_grid(arms: list[ArmOptima]) -> np.ndarray | None:
+    """C_GRID log-spaced compute values across the range every arm covers, or None."""
+    lo = max(a.compute_range[0] for a in arms)
+    hi = min(a.compute_range[1] for a in arms)
+    if not lo < hi:
+        return None
+    return np.exp(np.linspace(np.log(lo), np.log(hi), C_GRID))
+
+
+def summarise(values: np.ndarray, point: np.ndarray, name: str, decades: float) -> list[Estimate]:
+    """Per compute value: point, 95% percentile interval over defined draws, defined share and
+    verdict (identified only with >= verdict.MIN_DEFINED of draws defined and a narrow enough
+    interval).
+    """
+    out = []
+    for j in range(values.shape[1]):
+        col = values[:, j]
+        share = float(np.isfinite(col).mean()) if len(col) else 0.0
+        ci = percentile_interval(col)
+        value = float(point[j]) if np.isfinite(point[j]) else None
+        ruling = Verdict.first(
+            None if value is not None else f"{name} undefined at this compute (extrapolation)",
+            verdict.defined_share_reason(name, share),
+            verdict.ratio_reason(name, ci, decades),
+        )
+        out.append(Estimate(value, ci, ruling, defined_share=share))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SurfaceDraws:
+    """An arm's surface fitted to its point estimates [5] and to every draw [S, 5] (NaN rows
+    where no grid pair fits), parameters in SURFACE_PARAMS order."""
+
+    point: np.ndarray
+    draws: np.ndarray
+
+
+def fit_arm_surface(arm: ArmOptima) -> SurfaceDraws:
+    return SurfaceDraws(
+        point=fit_surface_grid(arm.n, arm.d, arm.loss[None])[0],
+        draws=fit_surface_grid(arm.n, arm.d, arm.draws),
+    )
+
+
+def _surface_record(arm: ArmOptima, fit: SurfaceDraws) -> SurfaceRecord:
+    ok = np.all(np.isfinite(fit.draws), axis=1)
+    ci = {name: percentile_interval(fit.draws[ok, i]) for i, name in enumerate(SURFACE_PARAMS)}
+    params = dict(zip(SURFACE_PARAMS, fit.point.tolist(), strict=True))
+    ruling = Verdict.first(
+        None
+        if np.all(np.isfinite(fit.point))
+        else "no non-negative (E, A, B) on the exponent grid",
+        None
+        if ci["E"] is not None
+        else f"{int(ok.sum())} draws with a surface (an interval needs >= {MIN_INTERVAL_DRAWS})",
+        *(verdict.exponent_reason(p, params[p], ci[p]) for p in ("alpha", "beta")),
+    )
+    return SurfaceRecord(
+        params=params,
+        intervals=ci,
+        verdict=ruling,
+        n_points=len(arm.loss),
+        form="L = E + A N^-alpha + B D^-beta (least squares on loss, VPNLS grid)",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RouteFrontier:
+    """One arm's frontier by one route: L*(C) on a BASE_GRID-point compute grid over the arm's
+    range, at the point estimates [g] and at every draw [S, g], and the record the artifact
+    keeps of it."""
+
+    grid: np.ndarray
+    point: np.ndarray
+    draws: np.ndarray
+    record: ArmFrontier
+
+    def at(self, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(point [m], draws [S, m]) interpolated in log C at `compute`."""
+        log_grid, log_at = np.log(self.grid), np.log(compute)
+        point = np.interp(log_at, log_grid, self.point)
+        return point, np.array([np.interp(log_at, log_grid, row) for row in self.draws])
+
+
+def arm_frontier(arm: ArmOptima, route: str, surface: SurfaceDraws | None = None) -> RouteFrontier:
+    """The arm's frontier by `route`; the surface route uses `surface` (fitted here if None)."""
+    grid = np.exp(np.linspace(*np.log(arm.compute_range), BASE_GRID))
+    shown = np.linspace(0, BASE_GRID - 1, CURVE_POINTS).round().astype(int)
+    if route == "surface":
+        surface = surface or fit_arm_surface(arm)
+        point = surface_frontier(surface.point[None], arm, grid)[0]
+        curves = surface_frontier(surface.draws, arm, grid)
+        extra = {"surface": _surface_record(arm, surface)}
+    else:
+        point = envelope_frontier(arm, arm.loss[None], grid)[0]
+        curves = envelope_frontier(arm, arm.draws, grid)
+        extra = {"pareto_points": pareto_count(arm)}
+    band = percentile_band(curves[:, shown])
+    curve = Curve(
+        compute=tuple(grid[shown].tolist()),
+        loss=tuple(None if np.isnan(v) else float(v) for v in point[shown]),
+        lo=tuple(None if np.isnan(v) else v for v in band["lo"]),
+        hi=tuple(None if np.isnan(v) else v for v in band["hi"]),
+    )
+    return RouteFrontier(grid, point, curves, ArmFrontier(curve, **extra))
+
+
+def route_skip_reason(arm: ArmOptima, route: str) -> str | None:
+    if route == "surface":
+        reason = surface_design_reason(arm.n, arm.d)
+        return f"{arm.name}: {reason} among identified cells" if reason else None
+    if len(np.unique(arm.compute)) < 2:
+        return f"{arm.name}: an envelope needs >= 2 identified cells at distinct compute"
+    return None
+
+
+def compare_arms(
+    arms: dict[str, ArmOptima],
+    baseline: str,
+    decades: float,
+    surfaces: dict[str, SurfaceDraws] | None = None,
+) -> Comparison:
+    """Both routes' frontiers per arm and M(C) of every other arm over `baseline`.
+
+    surfaces: each arm's fitted surface when the caller has it (fitted here otherwise).
+    """
+    others = sorted(set(arms) - {baseline})
+    at = common_grid(list(arms.values()))
+    if at is None:
+        return Comparison(baseline, skipped="the arms' compute ranges do not overlap")
+    routes = {}
+    for route in ROUTES:
+        reasons = [r for r in (route_skip_reason(a, route) for a in arms.values()) if r]
+        if reasons:
+            routes[route] = Route({}, {}, "; ".join(reasons))
+            continue
+        frontiers = {
+            name: arm_frontier(arm, route, (surfaces or {}).get(name)) for name, arm in arms.items()
+        }
+        base = frontiers[baseline]
+        ratios = {}
+        for new in others:
+            point, draws = frontiers[new].at(at)
+            m_point = multiplier(base.point[None], base.grid, point[None], at)[0]
+            m_draws = multiplier(base.draws, base.grid, draws, at)
+            ratios[new] = summarise(m_draws, m_point, "M(C)", decades)
+        routes[route] = Route({name: f.record for name, f in frontiers.items()}, ratios)
+    return Comparison(baseline, tuple(at.tolist()), routes)

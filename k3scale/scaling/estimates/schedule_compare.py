@@ -1,0 +1,146 @@
+"""Schedule comparison within a cell and pooled over cells (methods.md 3.4, 4.7).
+
+Sign convention everywhere: diff = L_reference - L_other, so a negative value means the
+reference schedule (cosine) ends lower.
+
+Per (arch, size, budget) cell, from each schedule's fitted optimum (k3scale/scaling/estimates/optimum.py):
+- "own": each schedule at its own tuned optimum (per-schedule tuning, the K3 report's reading);
+- "shared": both at the reference's optimum (the other schedule's quadratic read there).
+The intervals come from the two cells' independent draws. Over cells, the pooled reading that
+the word "consistently" needs: the mean difference over identified cells with a t-interval over
+independent clusters of cells, and the sign count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.stats import t as t_dist
+
+from k3scale.scaling.estimates.optimum import CellOptimum
+from k3scale.scaling.values.fitdoc import CellDifference, PooledDifference, sign_text
+from k3scale.scaling.values.uncertainty import MIN_INTERVAL_DRAWS, Estimate, percentile_interval
+from k3scale.scaling.values.verdict import Verdict
+
+# A pooled t-interval needs at least this many independent clusters of cells.
+MIN_CLUSTERS = 3
+
+
+def _why_no_interval(draws: np.ndarray | None) -> str:
+    count = 0 if draws is None else int(np.isfinite(draws).sum())
+    return f"{count} finite draws of the difference (an interval needs >= {MIN_INTERVAL_DRAWS})"
+
+
+def _own_draws(ref: CellOptimum, other: CellOptimum) -> np.ndarray:
+    """Draws of the own-optimum difference; none when the optima were fitted without draws."""
+    if ref.draws is None or other.draws is None:
+        return np.empty(0)
+    return ref.draws - other.draws
+
+
+def _shared_draws(ref: CellOptimum, other: CellOptimum) -> tuple[float, np.ndarray | None, str]:
+    """The other schedule's fitted loss at the reference's optimum, minus the reference's."""
+    q_ref, q_other = ref.quad, other.quad
+    u, v = np.log(ref.lr), np.log(ref.batch)
+    lo, hi = q_other.u_range
+    if not lo - 1e-9 <= u <= hi + 1e-9:
+        return np.nan, None, f"{ref.lr:.3g} is outside the other schedule's searched LRs"
+    row = q_other.features(np.array([u]), np.array([v]))
+    one_batch_elsewhere = q_other.mode == "1d" and not np.isclose(v, q_other.v_range[0])
+    if one_batch_elsewhere or not np.all(np.isfinite(row)):
+        return np.nan, None, "the other schedule never ran the reference's batch size"
+    point = ref.loss - float((row @ q_other.coef)[0])
+    if ref.draw_index is None or other.coef_draws is None:
+        return point, None, ""
+    bu, bv = q_ref.box()
+    rows = q_other.features(bu[ref.draw_index], bv[ref.draw_index])
+    at_ref = np.einsum("sp,sp->s", rows, other.coef_draws)
+    return point, ref.draws - at_ref, ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CellComparison:
+    """One cell's difference, and the draws of its own-optimum reading (None when an optimum is
+    not identified; empty when the optima have no draws: the difference is then a point)."""
+
+    difference: CellDifference
+    own_draws: np.ndarray | None
+
+
+def compare_cell(
+    ref: CellOptimum, other: CellOptimum, reference: str, name: str, cell: dict | None = None
+) -> CellComparison:
+    """Both readings of one cell (reference minus other) with intervals and verdicts.
+
+    cell: where the cell sits ({arch, size, budget_tokens}), recorded on the difference.
+    """
+    reason = None
+    for schedule, opt in ((reference, ref), (name, other)):
+        if not reason and not opt.identified:
+            reason = f"{schedule} optimum: {opt.verdict.reason}"
+    own_draws = None if reason else _own_draws(ref, other)
+    own_ci = percentile_interval(own_draws) if own_draws is not None else None
+    own = Estimate(
+        ref.loss - other.loss,
+        own_ci,
+        Verdict.first(reason, None if own_ci else _why_no_interval(own_draws)),
+    )
+    shared, shared_draws, why = (np.nan, None, "") if reason else _shared_draws(ref, other)
+    shared_ci = percentile_interval(shared_draws) if shared_draws is not None else None
+    at_shared = Estimate(
+        None if np.isnan(shared) else shared,
+        shared_ci,
+        Verdict.first(reason, why, None if shared_ci else _why_no_interval(shared_draws)),
+    )
+    difference = CellDifference(
+        cell=cell or {},
+        reference=reference,
+        other=name,
+        own=own,
+        shared=at_shared,
+        lr_ratio=other.lr / ref.lr,
+        batch_ratio=other.batch / ref.batch,
+        losses={reference: ref.loss, name: other.loss},
+    )
+    return CellComparison(difference, own_draws)
+
+
+def pooled(
+    entries: list[CellComparison], clusters: list, reference: str, other: str
+) -> PooledDifference:
+    """Mean difference over identified cells, its interval, and the sign count.
+
+    Cells are not independent: WSD cells of one size share a trunk, hence trials and noise. The
+    interval is a t-interval over clusters (one per `clusters` value, e.g. (arch, size)): the
+    mean of cluster means, with the spread of cluster means as its error (df = clusters - 1).
+    """
+    used = [
+        (e.difference, c) for e, c in zip(entries, clusters, strict=True) if e.own_draws is not None
+    ]
+    groups: dict = {}
+    for d, c in used:
+        groups.setdefault(c, []).append(d.own.value)
+    counts = {"cells": len(entries), "identified_cells": len(used), "clusters": len(groups)}
+    if len(groups) < MIN_CLUSTERS:
+        reason = (
+            f"identified differences in {len(groups)} independent cluster(s) of cells "
+            f"(sizes; needs >= {MIN_CLUSTERS}) over {len(used)} of {len(entries)} cells"
+        )
+        return PooledDifference(**counts, mean=Estimate(None, None, Verdict(reason)))
+    means = np.array([np.mean(v) for v in groups.values()])
+    mean = float(means.mean())
+    half = float(t_dist.ppf(0.975, len(means) - 1) * means.std(ddof=1) / np.sqrt(len(means)))
+    ci = [mean - half, mean + half]
+    signs = [np.sign(d.own.value) for d, _ in used]
+    resolved = [sign_text(d.own.interval, reference, other) for d, _ in used]
+    return PooledDifference(
+        **counts,
+        mean=Estimate(mean, ci, Verdict()),
+        point_signs={
+            f"{reference} lower": int(sum(s < 0 for s in signs)),
+            f"{other} lower": int(sum(s > 0 for s in signs)),
+        },
+        resolved_signs={s: resolved.count(s) for s in sorted(set(resolved))},
+        consistent=bool(len(set(signs)) == 1 and (ci[1] < 0 or ci[0] > 0)),
+    )

@@ -1,0 +1,2 @@
+"""Fitted laws and their solvers: Chinchilla surfaces, compute frontiers (envelope, inversion,
+parametric law), power laws and IsoFLOP minima, the multi-start objective and the bootstrap."""

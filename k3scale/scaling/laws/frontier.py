@@ -1,0 +1,187 @@
+"""Compute frontiers L(C) (methods.md 2.1, 2.6): the lower envelope of points in (C, L), the
+inversion C(L) that turns two frontiers into a compute multiplier M(C), and the parametric law
+L(C) = E + A * C^-alpha.
+
+The envelope rule (`record_lows`) and the inversion (`multiplier`) are the only ones in the
+project: the studies' compute-optimal routes (compute_optimal.py) and the generic comparison of
+fitted laws (frontier_compare.py) both use them.
+
+Fitted in log space as `log L = LSE(a - alpha log(C / C_ref), e)` with a summed Huber loss on
+log residuals over a grid of starts (Porian et al. 2024 fit log loss from a grid of starts;
+delta as in Epoch's protocol). `C_ref` (the geometric mean of the data's compute) only conditions
+the optimisation; the reported A is in raw units: L = E + A * C^-alpha with C in FLOPs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from k3scale.scaling.laws.objective import (
+    DEFAULT_OPTIONS,
+    FitOptions,
+    LogPowerLaw,
+    cartesian_grid,
+    minimize_from_starts,
+)
+from k3scale.scaling.values import checks, verdict
+from k3scale.scaling.values.result import FitResult, failed
+
+PARAM_NAMES = ("E", "A", "alpha")
+TARGET = "loss(C)"
+DEFAULT_UNITS = {"C": "FLOPs", "L": "nats/token"}
+# A power term under 0.1% of the loss at every point was switched off by the optimiser.
+VANISHED_FRACTION = 1e-3
+
+
+def record_lows(values: np.ndarray) -> np.ndarray:
+    """Mask of the entries lower than every entry before them.
+
+    With values ordered by compute these are the Pareto points (no cheaper point reaches as low):
+    the one definition of the lower envelope that the envelope route, the multiplier's inversion
+    and the Pareto count share.
+    """
+    best = np.minimum.accumulate(values)
+    return np.concatenate([[True], best[1:] < best[:-1]])
+
+
+def multiplier(
+    base_curve: np.ndarray, base_compute: np.ndarray, new_loss: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """M(C) [S, m] = C_base(L_new(C)) / C, by inverting the baseline curve [S, g] on its grid.
+
+    The one M(C) inversion: a frontier never rises with compute, so the curve's record lows
+    are inverted by linear interpolation in log C. NaN where L_new(C) lies outside the
+    baseline curve's range (extrapolation) or is NaN.
+    """
+    out = np.full(new_loss.shape, np.nan)
+    log_c = np.log(base_compute)
+    for s in range(base_curve.shape[0]):
+        curve = base_curve[s]
+        ok = np.isfinite(curve)
+        if ok.sum() < 2:
+            continue
+        keep = record_lows(curve[ok])
+        x, y = log_c[ok][keep], curve[ok][keep]
+        if len(y) < 2:
+            continue
+        target = new_loss[s]
+        inside = np.isfinite(target) & (target <= y[0]) & (target >= y[-1])
+        log_match = np.interp(-target, -y, x)
+        out[s] = np.where(inside, np.exp(log_match) / at, np.nan)
+    return out
+
+
+def frontier_starts(min_loss: float) -> np.ndarray:
+    """Grid of starts [45, 3] in layout [a, alpha, e] (a at C = C_ref), scaled by the data.
+
+    alpha spans the exponents seen in practice (Kimi Linear ~0.05 to Porian's ~0.35 and beyond);
+    E spans 30-90% of the smallest loss; A spans 2-100% of it at the reference compute.
+    """
+    alphas = np.array([0.05, 0.1, 0.2, 0.4, 0.8])
+    e = np.log(min_loss * np.array([0.3, 0.6, 0.9]))
+    a = np.log(min_loss * np.array([0.02, 0.15, 1.0]))
+    return cartesian_grid(a, alphas, e)
+
+
+def frontier_params(theta: np.ndarray, log_c_ref: float) -> dict[str, float]:
+    """[a, alpha, e] at C_ref -> {"E", "A", "alpha"} with A in raw FLOP units."""
+    return {
+        "E": float(np.exp(theta[2])),
+        "A": float(np.exp(theta[0] + theta[1] * log_c_ref)),
+        "alpha": float(theta[1]),
+    }
+
+
+def predict_frontier(params: dict[str, float], compute) -> np.ndarray:
+    """L(C) = E + A C^-alpha, [m] for compute [m] (FLOPs)."""
+    c = np.asarray(compute, dtype=np.float64)
+    return params["E"] + params["A"] * c ** -params["alpha"]
+
+
+def _objective(c: np.ndarray, loss: np.ndarray, log_c_ref: float, delta: float | None):
+    return LogPowerLaw((np.log(c) - log_c_ref)[None], np.log(loss), delta)
+
+
+def refit_frontier_vector(
+    c: np.ndarray, loss: np.ndarray, *, starts: np.ndarray, log_c_ref: float, delta: float | None
+) -> np.ndarray:
+    """Refit on a resample (BFGS from warm starts); [E, A, alpha] or NaN."""
+    if len(np.unique(c)) < 3:
+        return np.full(3, np.nan)
+    best = minimize_from_starts(_objective(c, loss, log_c_ref, delta), starts, 1, method="BFGS")
+    if not np.all(np.isfinite(best.theta)):
+        return np.full(3, np.nan)
+    return np.array(list(frontier_params(best.theta, log_c_ref).values()))
+
+
+def check_inputs(compute, loss, step: str = "frontier fit") -> tuple[np.ndarray, np.ndarray]:
+    """Validated float arrays (C, L) with at least 4 points and 3 distinct compute values."""
+    c = checks.positive_finite("compute", compute, step)
+    y = checks.positive_finite("loss", loss, step)
+    checks.same_length(step, compute=c, loss=y)
+    checks.enough_points(len(y), 3, "L(C) = E + A C^-alpha", step)
+    if len(np.unique(c)) < 3:
+        raise checks.K3ScaleError(
+            f"{step}: needs at least 3 distinct compute values, got {len(np.unique(c))}"
+        )
+    return c, y
+
+
+def fit_frontier(
+    compute,
+    loss,
+    *,
+    starts: np.ndarray | None = None,
+    options: FitOptions = DEFAULT_OPTIONS,
+    units: dict[str, str] | None = None,
+) -> FitResult:
+    """Fit L(C) = E + A C^-alpha (target "loss(C)") with optional bootstrap over points.
+
+    Args:
+        compute: [n] training FLOPs of each point (state the convention in `units`).
+        loss: [n] loss of each point (a per-cell tuned optimum, or any run on the envelope).
+        starts: [S, 3] starts in layout [a (at C_ref), alpha, e]; default `frontier_starts`.
+        options: Huber delta, bootstrap and workers.
+        units: recorded on the result.
+    """
+    c, y = check_inputs(compute, loss)
+    units = units or DEFAULT_UNITS
+    log_c_ref = float(np.mean(np.log(c)))
+    starts = frontier_starts(float(y.min())) if starts is None else np.asarray(starts, float)
+    objective = _objective(c, y, log_c_ref, options.delta)
+    best = minimize_from_starts(objective, starts, options.warm_starts, options.workers)
+    if not np.all(np.isfinite(best.theta)):
+        return failed(TARGET, units, best.message, len(y))
+    params = frontier_params(best.theta, log_c_ref)
+    success, message = best.success, best.message
+    if params["alpha"] <= 0:
+        success, message = False, "fitted exponent alpha <= 0: loss does not fall with compute"
+    elif verdict.exponent_reason("alpha", params["alpha"]):
+        success, message = False, verdict.exponent_reason("alpha", params["alpha"])
+    elif np.all(params["A"] * c ** -params["alpha"] < VANISHED_FRACTION * y):
+        success, message = False, "A C^-alpha below 0.1% of the loss everywhere: no trend in C"
+    result = FitResult(
+        target=TARGET,
+        units=units,
+        params=params,
+        success=success,
+        message=message,
+        n_points=len(y),
+        extra={
+            **best.record("sum Huber(log L - LSE(a - alpha log(C/C_ref), e))", options),
+            "log_c_ref": log_c_ref,
+            "compute_range": [float(c.min()), float(c.max())],
+            "warm_starts": best.local_optima.tolist(),
+        },
+    )
+    if options.num_resamples <= 0:
+        return result
+    refit = functools.partial(
+        refit_frontier_vector, starts=best.local_optima, log_c_ref=log_c_ref, delta=options.delta
+    )
+    draws = options.bootstrap(refit, [c, y], PARAM_NAMES, unit="points")
+    return result.replace(
+        intervals=draws.intervals(), extra={**result.extra, "bootstrap": draws.summary()}
+    )

@@ -1,0 +1,492 @@
+"""The fit artifact's schema: the records `k3scale fit` writes and everything else reads back.
+
+`fit.json` (version `SCHEMA_VERSION`) is
+`{"analysis": recipe, "provenance": {...}, "results": {...}}`. Its `results` hold:
+
+- `cell_optima`: one `CellOptimumRecord` per cell (every recipe);
+- `schedule_comparison` (cosine_vs_wsd): a `ScheduleComparison`, cell by cell and pooled;
+- `compute_optimal`: per FLOP convention, a `Comparison` of the arms' compute-optimal frontiers
+  by two routes and M(C) over the baseline;
+- `per_schedule` / `per_arch`: HP laws and IsoFLOP fits as `FitResult` dicts
+  (k3scale/scaling/values/result.py), `{"skipped": why}` where the data cannot support them;
+- `excluded`: the runs left out, by reason.
+
+Every estimate is an `Estimate` (value, 95% interval, verdict). The estimators build these
+records and write them with `to_json`; the report, the dashboards and the calibration bench read
+them with `from_json` (or the `read_*` helpers), so no reader parses a verdict or guesses a shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from k3scale.scaling.values.result import FitResult
+from k3scale.scaling.values.uncertainty import Estimate
+from k3scale.scaling.values.verdict import Verdict
+
+# 1: first release. 2 (issue 32): one estimator per number: no first-generation frontiers,
+# surfaces or backtests; a frontier's curve holds 17 points, both ends included.
+SCHEMA_VERSION = 2
+
+
+# The optima an HP law is fitted to (k3scale/scaling/study.py `hp_laws`).
+HP_TARGETS = ("lr_opt", "batch_opt")
+
+
+def _floats(values) -> tuple[float | None, ...]:
+    return tuple(None if v is None else float(v) for v in values)
+
+
+@dataclasses.dataclass(frozen=True)
+class CellOptimumRecord:
+    """One cell's fitted optimum (methods.md 4.7) as the artifact stores it.
+
+    Attributes:
+        cell: {arch, schedule, size, budget_tokens}.
+        n, tokens: parameters (the study's N column) and training tokens.
+        compute: FLOPs per convention ({"c_6n": ..., "c_attn": ...}).
+        loss: the optimum loss with its interval and verdict.
+        lr_opt, batch_opt: where the optimum sits (batch in the study's batch column).
+        mode: the quadratic read ("2d", "1d+batch", "1d") or "best trial" without one.
+        trials: tuning trials in the cell.
+        best_trial: {lr, batch, loss, run_id} of the lowest-loss trial.
+        seed_losses: losses of the seed re-runs at the best trial.
+    """
+
+    cell: dict
+    n: float
+    tokens: float
+    compute: dict[str, float]
+    loss: Estimate
+    lr_opt: float
+    batch_opt: float
+    mode: str
+    trials: int
+    best_trial: dict
+    seed_losses: list[float]
+
+    def to_json(self) -> dict:
+        ruling = self.loss.verdict.to_json()
+        ci = self.loss.interval
+        return {
+            "cell": self.cell,
+            "n": self.n,
+            "tokens": self.tokens,
+            **self.compute,
+            "optimum": {
+                "params": {
+                    "lr_opt": self.lr_opt,
+                    "batch_opt": self.batch_opt,
+                    "loss_opt": self.loss.value,
+                },
+                "intervals": {"loss_opt": ci} if ci else {},
+                "success": self.loss.identified,
+                "message": "" if self.loss.identified else ruling,
+                "mode": self.mode,
+                "trials": self.trials,
+            },
+            "loss": self.loss.value,
+            "loss_ci": ci,
+            "verdict": ruling,
+            "best_trial": self.best_trial,
+            "seed_losses": self.seed_losses,
+            "seed_sd": float(np.std(self.seed_losses, ddof=1))
+            if len(self.seed_losses) > 1
+            else None,
+        }
+
+    @classmethod
+    def from_json(
+        cls, doc: dict, computes: tuple[str, ...] = ("c_6n", "c_attn")
+    ) -> CellOptimumRecord:
+        opt = doc["optimum"]
+        return cls(
+            cell=doc["cell"],
+            n=doc["n"],
+            tokens=doc["tokens"],
+            compute={c: doc[c] for c in computes if c in doc},
+            loss=Estimate(doc["loss"], doc["loss_ci"], Verdict.from_json(doc["verdict"])),
+            lr_opt=opt["params"]["lr_opt"],
+            batch_opt=opt["params"]["batch_opt"],
+            mode=opt["mode"],
+            trials=opt["trials"],
+            best_trial=doc["best_trial"],
+            seed_losses=doc["seed_losses"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CellDifference:
+    """Reference minus other schedule in one (arch, size, budget) cell: at each schedule's own
+    optimum and at the reference's optimum (methods.md 3.4)."""
+
+    cell: dict
+    reference: str
+    other: str
+    own: Estimate
+    shared: Estimate
+    lr_ratio: float
+    batch_ratio: float
+    losses: dict[str, float]
+
+    def to_json(self) -> dict:
+        own, shared = self.own, self.shared
+        return {
+            "diff_own": own.value,
+            "ci_own": own.interval,
+            "verdict_own": own.verdict.to_json(),
+            "sign_own": sign_text(own.interval, self.reference, self.other),
+            "diff_shared": shared.value,
+            "ci_shared": shared.interval,
+            "verdict_shared": shared.verdict.to_json(),
+            "sign_shared": sign_text(shared.interval, self.reference, self.other),
+            "lr_ratio": self.lr_ratio,
+            "batch_ratio": self.batch_ratio,
+            "loss": self.losses,
+        }
+
+    @classmethod
+    def from_json(cls, cell: dict, reference: str, other: str, doc: dict) -> CellDifference:
+        return cls(
+            cell=cell,
+            reference=reference,
+            other=other,
+            own=Estimate(doc["diff_own"], doc["ci_own"], Verdict.from_json(doc["verdict_own"])),
+            shared=Estimate(
+                doc["diff_shared"], doc["ci_shared"], Verdict.from_json(doc["verdict_shared"])
+            ),
+            lr_ratio=doc["lr_ratio"],
+            batch_ratio=doc["batch_ratio"],
+            losses=doc["loss"],
+        )
+
+
+def sign_of(interval: list[float] | None, reference: str, other: str) -> str:
+    """Which schedule a difference interval (reference minus other) says ends lower."""
+    if not interval:
+        return "no interval"
+    lo, hi = interval
+    if hi < 0:
+        return f"{reference} lower"
+    if lo > 0:
+        return f"{other} lower"
+    return "not resolved (interval contains 0)"
+
+
+def sign_text(interval: list[float] | None, reference: str, other: str) -> str:
+    return sign_of(interval, reference, other) if interval else "not identified"
+
+
+@dataclasses.dataclass(frozen=True)
+class PooledDifference:
+    """The mean difference over identified cells with its t-interval over clusters of cells.
+
+    Attributes:
+        cells, identified_cells, clusters: cells compared, those with an identified difference,
+            and their independent clusters (arch and size).
+        mean: the mean difference with its interval and verdict.
+        point_signs: cells whose point difference favours each schedule.
+        resolved_signs: cells by what their own interval says.
+        consistent: every point sign the same and the interval excludes 0.
+    """
+
+    cells: int
+    identified_cells: int
+    clusters: int
+    mean: Estimate
+    point_signs: dict[str, int] = dataclasses.field(default_factory=dict)
+    resolved_signs: dict[str, int] = dataclasses.field(default_factory=dict)
+    consistent: bool = False
+    method: str = "t-interval over clusters of cells (cluster = arch and size)"
+
+    def to_json(self, reference: str, other: str) -> dict:
+        out = {
+            "cells": self.cells,
+            "identified_cells": self.identified_cells,
+            "clusters": self.clusters,
+            "verdict": self.mean.verdict.to_json(),
+        }
+        if not self.mean.identified:
+            return out
+        return {
+            **out,
+            "mean_diff": self.mean.value,
+            "ci": self.mean.interval,
+            "method": self.method,
+            "sign": sign_of(self.mean.interval, reference, other),
+            "point_signs": self.point_signs,
+            "resolved_signs": self.resolved_signs,
+            "consistent": self.consistent,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> PooledDifference:
+        return cls(
+            cells=doc["cells"],
+            identified_cells=doc["identified_cells"],
+            clusters=doc["clusters"],
+            mean=Estimate(doc.get("mean_diff"), doc.get("ci"), Verdict.from_json(doc["verdict"])),
+            point_signs=doc.get("point_signs", {}),
+            resolved_signs=doc.get("resolved_signs", {}),
+            consistent=doc.get("consistent", False),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleComparison:
+    """Every schedule against the reference, cell by cell and pooled, with the run noise."""
+
+    reference: str
+    cells: list[CellDifference]
+    pooled: dict[str, PooledDifference]
+    run_noise: dict
+
+    def to_json(self) -> dict:
+        by_cell: dict[tuple, dict] = {}
+        for d in self.cells:
+            key = tuple(sorted(d.cell.items()))
+            entry = by_cell.setdefault(key, {"cell": d.cell, "comparison": {}})
+            entry["comparison"][d.other] = d.to_json()
+        return {
+            "reference": self.reference,
+            "diff": "L_reference - L_other (negative: reference lower)",
+            "cells": list(by_cell.values()),
+            "pooled": {o: p.to_json(self.reference, o) for o, p in self.pooled.items()},
+            "run_noise": self.run_noise,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ScheduleComparison:
+        reference = doc["reference"]
+        return cls(
+            reference=reference,
+            cells=[
+                CellDifference.from_json(entry["cell"], reference, other, part)
+                for entry in doc["cells"]
+                for other, part in entry["comparison"].items()
+            ],
+            pooled={o: PooledDifference.from_json(p) for o, p in doc["pooled"].items()},
+            run_noise=doc.get("run_noise", {}),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """A frontier L*(C) at the point estimates with its 95% band (None where undefined)."""
+
+    compute: tuple[float, ...]
+    loss: tuple[float | None, ...]
+    lo: tuple[float | None, ...]
+    hi: tuple[float | None, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "compute": list(self.compute),
+            "loss": list(self.loss),
+            "lo": list(self.lo),
+            "hi": list(self.hi),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Curve:
+        return cls(*(_floats(doc[k]) for k in ("compute", "loss", "lo", "hi")))
+
+
+@dataclasses.dataclass(frozen=True)
+class SurfaceRecord:
+    """An arm's surface L = E + A N^-alpha + B D^-beta: parameters, intervals and verdict."""
+
+    params: dict[str, float | None]
+    intervals: dict[str, list[float] | None]
+    verdict: Verdict
+    n_points: int
+    form: str
+
+    def to_json(self) -> dict:
+        return {
+            "form": self.form,
+            "params": self.params,
+            "ci": self.intervals,
+            "n_points": self.n_points,
+            "verdict": self.verdict.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> SurfaceRecord:
+        return cls(
+            params=doc["params"],
+            intervals=doc["ci"],
+            verdict=Verdict.from_json(doc["verdict"]),
+            n_points=doc["n_points"],
+            form=doc["form"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmFrontier:
+    """One arm's frontier by one route: its curve, and the surface (surface route) or the
+    number of Pareto points (envelope route)."""
+
+    curve: Curve
+    surface: SurfaceRecord | None = None
+    pareto_points: int | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"curve": self.curve.to_json()}
+        if self.surface is not None:
+            out["surface"] = self.surface.to_json()
+        if self.pareto_points is not None:
+            out["pareto_points"] = self.pareto_points
+        return out
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ArmFrontier:
+        surface = doc.get("surface")
+        return cls(
+            curve=Curve.from_json(doc["curve"]),
+            surface=SurfaceRecord.from_json(surface) if surface else None,
+            pareto_points=doc.get("pareto_points"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One route's frontiers per arm and M(C) of each new arm over the baseline (one Estimate
+    per compute value of the comparison); or why the route was skipped."""
+
+    arms: dict[str, ArmFrontier]
+    multiplier: dict[str, list[Estimate]]
+    skipped: str | None = None
+
+    def to_json(self) -> dict:
+        if self.skipped:
+            return {"skipped": self.skipped}
+        return {
+            "arms": {name: arm.to_json() for name, arm in self.arms.items()},
+            "multiplier": {new: [e.to_json() for e in m] for new, m in self.multiplier.items()},
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Route:
+        if "skipped" in doc:
+            return cls({}, {}, doc["skipped"])
+        return cls(
+            arms={name: ArmFrontier.from_json(a) for name, a in doc["arms"].items()},
+            multiplier={
+                new: [Estimate.from_json(e) for e in m] for new, m in doc["multiplier"].items()
+            },
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Both routes between arms under one FLOP convention: M(C) of every other arm over
+    `baseline` at each value of `compute`; or why there is none."""
+
+    baseline: str
+    compute: tuple[float, ...] = ()
+    routes: dict[str, Route] = dataclasses.field(default_factory=dict)
+    skipped: str | None = None
+
+    @property
+    def others(self) -> list[str]:
+        return sorted({new for r in self.routes.values() for new in r.multiplier})
+
+    def to_json(self) -> dict:
+        if self.skipped:
+            return {"skipped": self.skipped}
+        return {
+            "baseline": self.baseline,
+            "compute": list(self.compute),
+            "routes": {name: route.to_json() for name, route in self.routes.items()},
+            "agreement": {new: self.agreement(new) for new in self.others},
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Comparison:
+        if "skipped" in doc:
+            return cls(doc.get("baseline", ""), skipped=doc["skipped"])
+        return cls(
+            baseline=doc["baseline"],
+            compute=_floats(doc["compute"]),
+            routes={name: Route.from_json(r) for name, r in doc["routes"].items()},
+        )
+
+    def agreement(self, new: str) -> list[dict]:
+        """Per compute value: both routes' M, their ratio, and whether their intervals overlap."""
+        surface = self.routes.get("surface", Route({}, {})).multiplier.get(new)
+        envelope = self.routes.get("envelope", Route({}, {})).multiplier.get(new)
+        if surface is None or envelope is None:
+            return []
+        out = []
+        for s, e in zip(surface, envelope, strict=True):
+            if s.value is None or e.value is None or not s.interval or not e.interval:
+                out.append({"status": "not comparable (a route is undefined here)"})
+                continue
+            overlap = s.interval[0] <= e.interval[1] and e.interval[0] <= s.interval[1]
+            out.append(
+                {
+                    "surface_over_envelope": s.value / e.value,
+                    "status": "agree (intervals overlap)" if overlap else "disagree",
+                }
+            )
+        return out
+
+
+def read_cell_optima(results: dict) -> list[CellOptimumRecord]:
+    return [CellOptimumRecord.from_json(o) for o in results.get("cell_optima", [])]
+
+
+def read_comparisons(results: dict) -> dict[str, Comparison]:
+    """The compute-optimal comparison of every FLOP convention, by convention."""
+    return {
+        conv: Comparison.from_json(doc)
+        for conv, doc in sorted(results.get("compute_optimal", {}).items())
+    }
+
+
+def read_schedule_comparison(results: dict) -> ScheduleComparison | None:
+    doc = results.get("schedule_comparison")
+    return ScheduleComparison.from_json(doc) if doc else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedFit:
+    """A fit `k3scale fit` did not make, and why (the data could not support it)."""
+
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"skipped": self.reason}
+
+
+def read_fit(doc: dict) -> FitResult | SkippedFit:
+    """An HP-law or IsoFLOP entry of `per_schedule` / `per_arch`: the fit, or why there is none."""
+    return SkippedFit(doc["skipped"]) if "skipped" in doc else FitResult.from_dict(doc)
+
+
+def read_isoflop(results: dict) -> dict[tuple[str, str], FitResult | SkippedFit]:
+    """(arch, conv) -> `per_arch.<arch>.isoflop.<conv>`: N_opt(C) through the IsoFLOP minima."""
+    return {
+        (arch, conv): read_fit(doc)
+        for arch, part in sorted(results.get("per_arch", {}).items())
+        for conv, doc in sorted(part.get("isoflop", {}).items())
+    }
+
+
+def read_hp_laws(results: dict, form: str) -> dict[tuple[str, str, str], FitResult | SkippedFit]:
+    """(schedule, conv, target) -> the `form` ("C" or "N,D") law of `target` (lr_opt, batch_opt)
+    in `per_schedule.<schedule>.hp_laws.<conv>`, or why it was skipped (for the convention, the
+    target, or this form)."""
+    out = {}
+    for schedule, part in sorted(results.get("per_schedule", {}).items()):
+        for conv, targets in sorted(part.get("hp_laws", {}).items()):
+            for target in HP_TARGETS:
+                doc = targets if "skipped" in targets else targets.get(target)
+                if doc is not None:
+                    entry = doc if "skipped" in doc else doc.get(form)
+                    if entry is not None:
+                        out[(schedule, conv, target)] = read_fit(entry)
+    return out

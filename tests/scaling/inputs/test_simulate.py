@@ -1,0 +1,109 @@
+"""Synthetic studies with a known truth, and the calibration bench that scores the analysis."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from k3scale.bench import calibrate
+from k3scale.cli import main
+from k3scale.scaling.estimates import compute_optimal
+from k3scale.scaling.inputs.simulate import Truth, simulate_runs, true_loss
+
+
+@pytest.fixture(scope="module")
+def design():
+    return calibrate.design_from_study("cosine_vs_wsd", "cpu")
+
+
+def test_a_simulated_study_is_laid_out_like_its_preset(design):
+    runs = simulate_runs(design, Truth(), seed=0)
+    tuned = runs.filter(pl.col("arm") == "tuned")
+    assert tuned.height == len(design.cells) * design.trials_per_cell
+    assert runs.filter(pl.col("arm") == "seed").height == len(design.cells)  # seeds (0, 1)
+    assert runs.filter(pl.col("arm") == "shared").height == len(design.cells) // 2
+    # WSD trunks: every budget of one size evaluates the same (lr, batch) points.
+    wsd = tuned.filter((pl.col("schedule") == "wsd") & (pl.col("size") == "k3-t1"))
+    points = {
+        d: sorted(zip(g["lr"], g["batch_size"], strict=True))
+        for (d,), g in wsd.group_by(["budget_tokens"])
+    }
+    assert len(points) == 3 and len({tuple(p) for p in points.values()}) == 1
+
+
+def test_the_new_arms_true_frontier_is_the_baselines_at_k_times_the_compute():
+    truth = Truth(multiplier=2.5)
+    n = np.geomspace(1e2, 1e10, 200_001)
+
+    def frontier(arch, compute):
+        e, a, alpha, b, beta = truth.surface(arch, "cosine")
+        return (e + a * n**-alpha + b * (compute / (6 * n)) ** -beta).min()
+
+    for c in (1e11, 1e13):
+        assert frontier("k3", c) == pytest.approx(frontier("k2", 2.5 * c), abs=1e-6)
+        assert frontier("k3", c) < frontier("k2", c) - 0.01
+
+
+def test_the_analysis_runs_unchanged_on_written_simulated_tables(tmp_path, capsys):
+    out = calibrate.run(
+        quick=True,
+        study="k2_vs_k3",
+        studies=1,
+        workers=1,
+        draws=50,
+        lr_grid=7,
+        seeds=3,
+        write_tables=str(tmp_path),
+    )
+    assert set(out["scenarios"]["k2_vs_k3"]) == {"no_effect", "report_direction", "opposite"}
+    folder = tmp_path / "k2_vs_k3-report_direction"
+    args = ["fit", "k2_vs_k3", "--from", str(folder), "--out", str(tmp_path / "fit.json")]
+    assert main([*args, "--bootstrap", "50", "--grid", "coarse", "--workers", "1"]) == 0
+    results = json.loads((tmp_path / "fit.json").read_text())["results"]
+    assert all(o["verdict"] == "identified" for o in results["cell_optima"])
+
+
+def test_small_calibration_covers_the_truth(capsys):
+    """The default-test version of `k3scale bench calibrate`: a grid design (7 LRs, 3 seeds)
+    of cosine_vs_wsd, 6 studies per scenario. Per-cell differences pool 54 estimates per
+    scenario: their 95% intervals must cover the truth at least 85% of the time."""
+    out = calibrate.run(
+        quick=True, study="cosine_vs_wsd", studies=6, workers=1, draws=100, lr_grid=7, seeds=3
+    )
+    per = out["scenarios"]["cosine_vs_wsd"]
+    for scenario in ("no_effect", "report_direction", "opposite"):
+        cells = per[scenario]["cell_diff_own"]
+        assert cells["identified_rate"] > 0.9 and cells["n"] >= 50
+        assert cells["coverage"] >= 0.85
+        assert abs(cells["bias"]) < 0.01
+        assert set(per[scenario]["pooled_diff"]) >= {"coverage", "bias", "identified_rate", "n"}
+    assert main(["bench", "calibrate", "--draws", "5"]) == 2
+    assert "--draws must be >= 20" in capsys.readouterr().err
+    assert main(["bench", "fit", "--studies", "3"]) == 2
+
+
+def test_the_middle_compute_is_where_the_headline_multiplier_is_read():
+    assert calibrate.MID == compute_optimal.C_GRID // 2
+
+
+def test_a_grid_centred_per_size_is_simulated_per_size():
+    # cosine_vs_wsd cpu_v2: four LRs per rung, each rung's grid one 1.6x step below the last.
+    design = calibrate.design_from_study("cosine_vs_wsd", "cpu_v2")
+    assert dict(design.size_lr_scale) == pytest.approx(
+        {"k3-s1": 1.0, "k3-s2": 1 / 1.6, "k3-s3": 1 / 1.6**2}
+    )
+    assert not design.shared_arm  # the grid trial at cosine's best is the shared setting
+    runs = simulate_runs(design, Truth(), seed=0)
+    for size, scale in design.size_lr_scale:
+        lrs = sorted(set(runs.filter(pl.col("size") == size)["lr"].to_list()))
+        assert lrs == pytest.approx([lr * scale for lr in design.lr_grid])
+    # The truth's optimum sits inside every size's grid, as the design intends.
+    for cell in design.cells:
+        grid = [lr * design.lr_scale(cell.size) for lr in design.lr_grid]
+        fine = np.geomspace(grid[0] / 4, grid[-1] * 4, 2001)
+        batch = np.full_like(fine, design.batch_sizes[0])
+        star = fine[np.argmin(true_loss(Truth(), design, cell, fine, batch))]
+        assert grid[0] < star < grid[-1], (cell, star, grid)
