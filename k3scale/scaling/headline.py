@@ -162,9 +162,11 @@ class MultiplierRow:
         return f"{self.conv}, {self.route}" if self.route else self.conv
 
 
-def multiplier_rows(comparisons: dict[str, Comparison]) -> Iterator[MultiplierRow]:
-    """The smallest, middle and largest compute of every route's M(C), or why a route (or a
-    whole convention) was skipped."""
+def multiplier_rows(
+    comparisons: dict[str, Comparison], every_point: bool = False
+) -> Iterator[MultiplierRow]:
+    """Every route's M(C) at the smallest, middle and largest compute (at every compute value
+    with `every_point`), or why a route (or a whole convention) was skipped."""
     for conv, comparison in comparisons.items():
         if comparison.skipped:
             yield MultiplierRow(conv, skipped=comparison.skipped)
@@ -174,7 +176,7 @@ def multiplier_rows(comparisons: dict[str, Comparison]) -> Iterator[MultiplierRo
                 yield MultiplierRow(conv, route, skipped=part.skipped)
                 continue
             for new, points in sorted(part.multiplier.items()):
-                for i in _three(points):
+                for i in range(len(points)) if every_point else _three(points):
                     yield MultiplierRow(
                         conv, route, new, comparison.baseline, comparison.compute[i], points[i]
                     )
@@ -272,7 +274,7 @@ def _multiplier_table(comparisons: dict[str, Comparison]) -> str:
         "| --- | --- | ---: | --- |",
     ]
     notes = []
-    for row in multiplier_rows(comparisons):
+    for row in multiplier_rows(comparisons, every_point=True):
         if row.estimate is None:
             where = f"{row.conv}, {row.route} route" if row.route else row.conv
             notes.append(f"{where}: not identified ({row.skipped}).")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from k3scale.scaling.headline import headline_lines, markdown_tables, ratio_text
 from k3scale.scaling.values.fitdoc import (
     ArmFrontier,
@@ -27,7 +29,7 @@ def multiplier_doc(points: list[Estimate]) -> dict:
     """A fit document whose surface route holds `points` and whose envelope route was skipped."""
     route = Route({"k2": ArmFrontier(CURVE), "k3": ArmFrontier(CURVE)}, {"k3": points})
     routes = {"surface": route, "envelope": Route({}, {}, "k2: 1 identified cell")}
-    conv = Comparison("k2", (1e10, 3e10, 1e11), routes)
+    conv = Comparison("k2", tuple(np.geomspace(1e10, 1e11, len(points)).tolist()), routes)
     skipped = Comparison("k2", skipped="no arms")
     return {"results": {"compute_optimal": {"c_6n": conv.to_json(), "c_attn": skipped.to_json()}}}
 
@@ -46,6 +48,14 @@ def test_identified_multipliers_print_with_their_intervals():
         "compute multiplier k3 over k2 (c_6n, surface route) at C=1e+11: "
         "not identified (M(C) undefined at this compute)"
     ) in lines
+
+
+def test_the_markdown_table_prints_every_compute_value():
+    points = [Estimate(3.0 - i / 4, [2.5 - i / 4, 3.5 - i / 4], OK) for i in range(5)]
+    table = markdown_tables(multiplier_doc(points))
+    # Every compute value of the overlap, not only its ends and middle (issue 33: the rate).
+    assert table.count("| c_6n | surface |") == 5
+    assert len(headline_lines(multiplier_doc(points))) < len(table.splitlines())
 
 
 def test_a_wide_interval_is_never_printed():

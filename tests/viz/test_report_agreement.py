@@ -83,7 +83,9 @@ def drawn_multipliers(doc: dict) -> dict[tuple, tuple]:
     out = {}
     for conv, _, new in fits.multipliers():
         figure = multiplier_panel(fits, conv, new).figure
-        for route in fits.comparisons[conv].routes:
+        for route, part in fits.comparisons[conv].routes.items():
+            if part.skipped:  # no M(C) stored, none drawn
+                continue
             line = next(t for t in figure.data if t.name == f"{route} route")
             hollow = [t for t in figure.data if t.name.startswith(f"{route} route, not")]
             for i, compute in enumerate(line.x):

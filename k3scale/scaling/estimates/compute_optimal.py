@@ -29,7 +29,7 @@ import numpy as np
 from k3scale.scaling.laws.frontier import multiplier, record_lows
 from k3scale.scaling.laws.surface import fit_surface_grid
 from k3scale.scaling.values import verdict
-from k3scale.scaling.values.checks import surface_design_reason
+from k3scale.scaling.values.checks import budgets_per_size_reason, surface_design_reason
 from k3scale.scaling.values.fitdoc import ArmFrontier, Comparison, Curve, Route, SurfaceRecord
 from k3scale.scaling.values.uncertainty import (
     MIN_INTERVAL_DRAWS,
@@ -45,6 +45,10 @@ BASE_GRID = 128
 # A frontier's stored curve: this many points of its BASE_GRID, both ends included.
 CURVE_POINTS = 17
 ROUTES = ("surface", "envelope")
+# The surface route reads each size at this many token budgets (tokens-per-parameter ratios):
+# with two, the D term of every size rests on one difference and its exponent on none
+# (issue 33: the v2 designs' condition number was about 2e6).
+MIN_BUDGETS_PER_SIZE = 3
 SURFACE_PARAMS = ("E", "A", "alpha", "B", "beta")
 
 
@@ -164,6 +168,25 @@ def summarise(values: np.ndarray, point: np.ndarray, name: str, decades: float) 
     return out
 
 
+def _inherit(estimates: list[Estimate], reason: str | None) -> list[Estimate]:
+    """The estimates with `reason` as their verdict (a route whose own fit is not identified
+    identifies none of what it gives), except where they are undefined, the plainer reason."""
+    if reason is None:
+        return estimates
+    return [
+        e if e.value is None else dataclasses.replace(e, verdict=Verdict(reason)) for e in estimates
+    ]
+
+
+def _surface_reason(frontiers: dict[str, RouteFrontier]) -> str | None:
+    """Why the surface route cannot identify M(C): an arm whose surface is not identified."""
+    for name, f in sorted(frontiers.items()):
+        surface = f.record.surface
+        if surface is not None and not surface.verdict.identified:
+            return f"the surface of {name} is not identified ({surface.verdict.reason})"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class SurfaceDraws:
     """An arm's surface fitted to its point estimates [5] and to every draw [S, 5] (NaN rows
@@ -245,7 +268,9 @@ def arm_frontier(arm: ArmOptima, route: str, surface: SurfaceDraws | None = None
 
 def route_skip_reason(arm: ArmOptima, route: str) -> str | None:
     if route == "surface":
-        reason = surface_design_reason(arm.n, arm.d)
+        reason = surface_design_reason(arm.n, arm.d) or budgets_per_size_reason(
+            arm.n, arm.d, MIN_BUDGETS_PER_SIZE
+        )
         return f"{arm.name}: {reason} among identified cells" if reason else None
     if len(np.unique(arm.compute)) < 2:
         return f"{arm.name}: an envelope needs >= 2 identified cells at distinct compute"
@@ -276,11 +301,12 @@ def compare_arms(
             name: arm_frontier(arm, route, (surfaces or {}).get(name)) for name, arm in arms.items()
         }
         base = frontiers[baseline]
+        unidentified = _surface_reason(frontiers) if route == "surface" else None
         ratios = {}
         for new in others:
             point, draws = frontiers[new].at(at)
             m_point = multiplier(base.point[None], base.grid, point[None], at)[0]
             m_draws = multiplier(base.draws, base.grid, draws, at)
-            ratios[new] = summarise(m_draws, m_point, "M(C)", decades)
+            ratios[new] = _inherit(summarise(m_draws, m_point, "M(C)", decades), unidentified)
         routes[route] = Route({name: f.record for name, f in frontiers.items()}, ratios)
     return Comparison(baseline, tuple(at.tolist()), routes)

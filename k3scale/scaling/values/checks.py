@@ -55,3 +55,15 @@ def surface_design_reason(n, d) -> str | None:
         if count < 3:
             return f"{count} distinct {name} values (the {name} term needs >= 3)"
     return None
+
+
+def budgets_per_size_reason(n, d, minimum: int) -> str | None:
+    """Why points at (N [k], D [k]) hold fewer than `minimum` token budgets at some size, or None."""
+    sizes = np.unique(n)
+    counts = [len(np.unique(np.asarray(d)[np.asarray(n) == size])) for size in sizes]
+    if min(counts) >= minimum:
+        return None
+    return (
+        f"{min(counts)} token budgets at a size (tokens-per-parameter ratios; the surface route "
+        f"needs >= {minimum} at every size)"
+    )

@@ -422,8 +422,8 @@ class Comparison:
             return []
         out = []
         for s, e in zip(surface, envelope, strict=True):
-            if s.value is None or e.value is None or not s.interval or not e.interval:
-                out.append({"status": "not comparable (a route is undefined here)"})
+            if not (s.identified and e.identified):
+                out.append({"status": "not comparable (a route does not identify M(C) here)"})
                 continue
             overlap = s.interval[0] <= e.interval[1] and e.interval[0] <= s.interval[1]
             out.append(

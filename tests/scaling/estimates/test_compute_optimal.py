@@ -114,7 +114,38 @@ def test_noisy_optima_give_a_wide_interval_and_say_not_identified():
     }
     result = co.compare_arms(arms, "k2", decades=1.0).to_json()
     middle = result["routes"]["surface"]["multiplier"]["k3"][4]
-    assert middle["verdict"].startswith("not identified: M(C) interval spans")
+    assert middle["verdict"].startswith("not identified: ")
     assert middle["ci"][0] < 2.5 < middle["ci"][1]
     last = result["routes"]["surface"]["multiplier"]["k3"][-1]
     assert last["verdict"] == "not identified: M(C) undefined at this compute (extrapolation)"
+
+
+def test_a_route_whose_surface_is_not_identified_identifies_no_multiplier():
+    """M(C) read off a surface the data cannot identify says so at every compute (issue 33)."""
+    # Noise this large leaves K3's alpha interval reaching the exponent grid's edge.
+    arms = {
+        "k2": arm("k2", TRUE, noise=1.0, draws=200, seed=1),
+        "k3": arm("k3", shifted(TRUE, 2.5), noise=1.0, draws=200, seed=2),
+    }
+    comparison = co.compare_arms(arms, "k2", decades=1.0)
+    route = comparison.routes["surface"]
+    assert route.arms["k2"].surface.verdict.identified
+    assert not route.arms["k3"].surface.verdict.identified
+    defined = [e for e in route.multiplier["k3"] if e.value is not None]
+    assert len(defined) == 8
+    for e in defined:
+        assert e.verdict.reason.startswith("the surface of k3 is not identified (alpha interval")
+    assert {a["status"] for a in comparison.agreement("k3")} == {
+        "not comparable (a route does not identify M(C) here)"
+    }
+
+
+def test_the_surface_route_refuses_a_design_with_two_budgets_per_size():
+    """Two tokens-per-parameter ratios per size (the v2 designs): many distinct D, yet every
+    size's D term rests on one difference."""
+    n = np.repeat(np.geomspace(1e6, 1e8, 5), 2)
+    d = n * np.tile([20.0, 40.0], 5)
+    loss = surface_loss(TRUE, n, d)
+    two = co.ArmOptima("k2", n, d, 6 * n * d, loss, np.tile(loss, (30, 1)))
+    assert "2 token budgets at a size" in co.route_skip_reason(two, "surface")
+    assert co.route_skip_reason(arm("k2", TRUE), "surface") is None
