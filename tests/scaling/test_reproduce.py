@@ -42,7 +42,9 @@ def test_rounding_passes_and_a_printed_digit_does_not(artifact):
 def _first_unidentified_optimum(doc: dict) -> dict:
     """The first M(C) the data cannot identify (every cell optimum of this study is)."""
     routes = doc["results"]["compute_optimal"]["c_6n"]["routes"]
-    points = [p for route in routes.values() for m in route["multiplier"].values() for p in m]
+    points = [
+        p for route in routes.values() for m in route.get("multiplier", {}).values() for p in m
+    ]
     return next(p for p in points if p["verdict"] != "identified" and p["value"] is not None)
 
 
