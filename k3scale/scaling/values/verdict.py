@@ -62,14 +62,6 @@ def is_identified(verdict: str | None) -> bool:
     return verdict == IDENTIFIED
 
 
-def first_reason(*reasons: str | None) -> str:
-    """The verdict from a list of candidate reasons (None = that check passed)."""
-    for reason in reasons:
-        if reason:
-            return not_identified(reason)
-    return IDENTIFIED
-
-
 def exponent_reason(name: str, value: float, interval: list[float] | None = None) -> str | None:
     """Why an exponent is not identified: outside EXPONENT_BOUNDS, or its interval leaves them."""
     lo, hi = EXPONENT_BOUNDS
