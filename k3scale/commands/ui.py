@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import signal
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
@@ -80,16 +84,28 @@ def runs_url(server_url: str, experiment_id: str | None) -> str:
 
 def _study_experiment(args, server_url: str) -> str | None:
     """Id of the experiment named in the study folder's study.json, if there is one."""
-    import json
-
-    from mlflow.tracking import MlflowClient
-
     record = Path(args.study_dir) / "study.json"
     if args.backend_store_uri or not record.exists():
         return None
     name = json.loads(record.read_text()).get("study")
-    found = MlflowClient(server_url).get_experiment_by_name(name) if name else None
-    return found.experiment_id if found else None
+    return experiment_id_by_name(server_url, name) if name else None
+
+
+def experiment_id_by_name(server_url: str, name: str) -> str | None:
+    """The experiment's id from the server's REST API; None when it has no such experiment.
+
+    Plain HTTP, not MLflow's client: importing the client loads polars, whose SIGINT handler
+    sometimes turns a Ctrl-C this command has already handled into a kill by SIGINT at exit.
+    """
+    query = urllib.parse.urlencode({"experiment_name": name})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{server_url}/api/2.0/mlflow/experiments/get-by-name?{query}") as reply:
+            return json.load(reply)["experiment"]["experiment_id"]
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
 
 
 def run_ui(args) -> int:

@@ -22,3 +22,15 @@ def read_ui_url(process: subprocess.Popen) -> str:
         if found:
             return found.group(1)
     raise AssertionError(f"`k3scale ui` printed no URL: {''.join(seen)!r}")
+
+
+def read_line_with(process: subprocess.Popen, text: str) -> str:
+    """The next stdout line that holds `text`, within START_WAIT_S seconds."""
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if text in line:
+            return line
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"`k3scale ui` printed no line with {text!r}")
