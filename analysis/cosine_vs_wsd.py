@@ -29,6 +29,8 @@ def run(runs, curves, options: study.StudyOptions) -> dict:
     return {
         "excluded": excluded,
         "cell_optima": [r.to_json() for r in records],
+        "run_noise": noise.to_dict(),
+        "rerun_check": study.rerun_coverage(estimates, noise, options),
         "schedule_comparison": study.schedule_comparison(estimates, noise, REFERENCE, options),
         "compute_optimal": study.compute_optimal_comparison(
             estimates, "schedule", BASELINE_FOR_MULTIPLIER, options

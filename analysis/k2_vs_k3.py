@@ -18,7 +18,7 @@ BASELINE = "k2"
 def run(runs, curves, options: study.StudyOptions) -> dict:
     """Every fit and comparison of the K2-vs-K3 report, from the run table."""
     usable, excluded = study.usable_runs(runs, options)
-    estimates, _noise = study.cell_estimates(usable, options)
+    estimates, noise = study.cell_estimates(usable, options)
     records = study.cell_records(estimates)
     per_arch = {}
     for arch in sorted({r.cell["arch"] for r in records}):
@@ -29,6 +29,8 @@ def run(runs, curves, options: study.StudyOptions) -> dict:
     return {
         "excluded": excluded,
         "cell_optima": [r.to_json() for r in records],
+        "run_noise": noise.to_dict(),
+        "rerun_check": study.rerun_coverage(estimates, noise, options),
         "compute_optimal": study.compute_optimal_comparison(estimates, "arch", BASELINE, options),
         "per_arch": per_arch,
     }

@@ -91,8 +91,8 @@ def test_the_command_surface_is_frozen():
 
 FROZEN = {
     "k3scale": "--debug --help -h",
-    "k3scale bench": "--draws --help --json --lr-grid --noise --preset --quick --seeds --studies "
-    "--study --workers --write-tables -h <name>",
+    "k3scale bench": "--draws --help --json --lr-grid --noise --preset --quick --seed-effects-from "
+    "--seeds --studies --study --workers --write-tables -h <name>",
     "k3scale dashboard": "--fit --from --help --js --layout --metric --out --png --preset "
     "--studies-root -h <study>",
     "k3scale data": "--help -h",

@@ -8,6 +8,9 @@ comparison, compute-optimal multiplier), and each headline quantity is scored wh
 identified: coverage of its 95% interval, bias of its point estimate, and how often it is
 identified. The truth of a multiplier is its estimand: the same route applied to the noise-free
 landscape over the same identified cells (`bias_vs_design` compares with the design's k as well).
+The rate of M(C) (issue 33) is scored the same way; every truth here has a multiplier constant in
+compute, so the rate's "detects an effect" is the share of studies that would report a change
+with compute that the truth does not have, whatever the route's estimand on the design.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from k3scale.errors import K3ScaleError
 from k3scale.scaling import study
 from k3scale.scaling.estimates import compute_optimal
 from k3scale.scaling.inputs import tables
@@ -31,6 +35,7 @@ STUDIES = ("cosine_vs_wsd", "k2_vs_k3")
 SCHEDULE_DIFF = 0.02
 K3_MULTIPLIER = 2.5
 MID = compute_optimal.C_GRID // 2
+DEFAULT_NOISE = 0.02
 
 
 def design_from_study(name: str, preset: str) -> Design:
@@ -111,12 +116,51 @@ def what_if(design: Design, lr_grid: int | None, seeds: int | None) -> Design:
     return design
 
 
-def scenarios(name: str, noise_sd: float) -> dict[str, Truth]:
+def scenarios(name: str, noise_sd: float, seeds: dict | None = None) -> dict[str, Truth]:
+    """The three truths of a study; `seeds` holds Truth's seed-effect fields (default none)."""
+    seeds = seeds or {}
     if name == "cosine_vs_wsd":
         diffs = {"no_effect": 0.0, "report_direction": -SCHEDULE_DIFF, "opposite": SCHEDULE_DIFF}
-        return {k: Truth(schedule_diff=v, noise_sd=noise_sd) for k, v in diffs.items()}
+        return {k: Truth(schedule_diff=v, noise_sd=noise_sd, **seeds) for k, v in diffs.items()}
     ks = {"no_effect": 1.0, "report_direction": K3_MULTIPLIER, "opposite": 1 / K3_MULTIPLIER}
-    return {k: Truth(multiplier=v, noise_sd=noise_sd) for k, v in ks.items()}
+    return {k: Truth(multiplier=v, noise_sd=noise_sd, **seeds) for k, v in ks.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredNoise:
+    """A committed study's measured noise, as a simulation's truth: the within-seed run noise
+    and Truth's seed-effect fields."""
+
+    noise_sd: float
+    seeds: dict
+    source: str
+
+
+def _study_folder(folder: Path, name: str, preset: str) -> Path:
+    """`folder` itself when it holds one study's tables, else its `<name>-<preset>/`."""
+    return folder if (folder / "runs.parquet").exists() else folder / f"{name}-{preset}"
+
+
+def measured_noise(folder: Path) -> MeasuredNoise:
+    """The noise of the study exported in `folder` (its runs.parquet): e from the quadratics'
+    residuals, u and the slot share as measured, and w as the re-runs' within-cell sd less e
+    (a re-run carries both)."""
+    runs, _ = tables.load_tables(Path(folder))
+    opts = study.StudyOptions(num_resamples=0)
+    _, noise = study.cell_estimates(study.usable_runs(runs, opts)[0], opts)
+    parts = noise.seeds
+    if parts is None or noise.sd is None:
+        raise K3ScaleError(f"{folder}: no seed re-runs and residuals to measure seed effects from")
+    cell_seed_var = max(parts.cell_sd**2 - noise.sd**2, 0.0)
+    return MeasuredNoise(
+        noise_sd=noise.sd,
+        seeds={
+            "seed_sd": parts.shared_sd,
+            "cell_seed_sd": float(np.sqrt(cell_seed_var)),
+            "slot_share": parts.slot_share,
+        },
+        source=str(folder),
+    )
 
 
 def _true_arms(arms: dict, truth: Truth, design: Design, group_key: str) -> dict:
@@ -143,6 +187,7 @@ def _multiplier_scores(estimates, truth, design, group_key, baseline, opts) -> d
         arms = study.arm_optima(estimates, group_key, conv)
         names = [f"M_{route}_{conv}" for route in compute_optimal.ROUTES]
         out.update(dict.fromkeys(names))
+        out.update(dict.fromkeys(f"rate_{route}_{conv}" for route in compute_optimal.ROUTES))
         if baseline not in arms or len(arms) < 2:
             continue
         got = compute_optimal.compare_arms(arms, baseline, opts.multiplier_decades)
@@ -159,7 +204,26 @@ def _multiplier_scores(estimates, truth, design, group_key, baseline, opts) -> d
             true_value = ref.routes[route].multiplier[new][MID].value
             entry = part.multiplier[new][MID]
             out[name] = (entry.value, entry.interval, entry.verdict.to_json(), true_value)
+            rate = part.rate[new]
+            true_rate = _true_rate(part.multiplier[new], ref.routes[route].multiplier[new], got)
+            out[f"rate_{route}_{conv}"] = (
+                rate.value,
+                rate.interval,
+                rate.verdict.to_json(),
+                true_rate,
+            )
     return out
+
+
+def _true_rate(got: list, truth: list, comparison) -> float | None:
+    """The true slope of log M on log C over the compute values where the estimate used M(C):
+    the rate estimates that slope, and its value depends on which values those are."""
+    used = np.array([e.identified for e in got])
+    values = np.array([np.nan if e.value is None else e.value for e in truth])[used]
+    if used.sum() < compute_optimal.MIN_RATE_POINTS or not np.all(np.isfinite(values)):
+        return None
+    at = np.array(comparison.compute)[used]
+    return float(compute_optimal.log_slope(values[None], at)[0])
 
 
 def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str, list]:
@@ -197,10 +261,19 @@ def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str
                 (opt.loss, opt.interval(), opt.verdict.to_json(), truth.optimum_loss(cell))
             )
         group_key, baseline = "arch", truth.baseline_arch
+    scores["rerun_new_seed"] = _rerun_scores(estimates, noise, opts)
     multipliers = _multiplier_scores(estimates, truth, design, group_key, baseline, opts)
     for name, entry in multipliers.items():
         scores[name] = [entry or (None, None, verdict.not_identified("arms missing"), None)]
     return scores
+
+
+def _rerun_scores(estimates, noise, opts) -> list[tuple]:
+    """The real-data check run on the simulated re-runs: each one's new-seed predictive interval
+    is scored as an interval whose truth is the re-run's loss (coverage = hit rate)."""
+    coverage = study.rerun_coverage(estimates, noise, opts)
+    held = verdict.Verdict().to_json()
+    return [(s["predicted"], s["interval"], held, s["loss"]) for s in coverage["scores"]]
 
 
 def _score_many(args: tuple) -> list[dict]:
@@ -212,7 +285,7 @@ def _null_value(name: str) -> float | None:
     """The value that means "no effect" for a headline quantity (None: not a comparison)."""
     if name.startswith("M_"):
         return 1.0
-    return 0.0 if "diff" in name else None
+    return 0.0 if "diff" in name or name.startswith("rate_") else None
 
 
 def summarise(all_scores: list[dict], design_value: dict[str, float]) -> dict:
@@ -237,8 +310,11 @@ def summarise(all_scores: list[dict], design_value: dict[str, float]) -> dict:
             entry["coverage"] = float(np.mean(cover))
             # Multipliers are ratios: their bias is reported in log10 (decades).
             entry["bias"] = float(np.mean(np.log10(est / true)) if ratio else np.mean(est - true))
-            if ratio and name in design_value:
-                entry["bias_vs_design"] = float(np.mean(np.log10(est / design_value[name])))
+            if name in design_value:
+                design = design_value[name]
+                entry["bias_vs_design"] = float(
+                    np.mean(np.log10(est / design)) if ratio else np.mean(est - design)
+                )
         else:
             entry["coverage"] = None
             entry["bias"] = None
@@ -247,11 +323,17 @@ def summarise(all_scores: list[dict], design_value: dict[str, float]) -> dict:
 
 
 def calibrate(
-    name: str, design: Design, studies: int, workers: int, draws: int, noise_sd: float
+    name: str,
+    design: Design,
+    studies: int,
+    workers: int,
+    draws: int,
+    noise_sd: float,
+    seeds: dict | None = None,
 ) -> dict:
     out = {}
     ctx = multiprocessing.get_context("spawn")
-    for scenario, truth in scenarios(name, noise_sd).items():
+    for scenario, truth in scenarios(name, noise_sd, seeds).items():
         chunks = [list(range(i, studies, workers)) for i in range(workers)]
         jobs = [(design, truth, c, draws) for c in chunks if c]
         if workers > 1:
@@ -261,7 +343,9 @@ def calibrate(
             parts = [_score_many(j) for j in jobs]
         scores = [s for part in parts for s in part]
         k = truth.multiplier if name == "k2_vs_k3" else None
+        # The truth's multiplier is constant in compute: M = k, and its rate is 0.
         design_value = {q: k for q in scores[0] if q.startswith("M_")} if k else {}
+        design_value |= {q: 0.0 for q in scores[0] if q.startswith("rate_")} if k else {}
         out[scenario] = summarise(scores, design_value)
     return out
 
@@ -273,27 +357,45 @@ def run(
     studies: int | None = None,
     workers: int = 2,
     draws: int = 200,
-    noise: float = 0.02,
+    noise: float | None = None,
     lr_grid: int | None = None,
     seeds: int | None = None,
     write_tables: str | None = None,
+    seed_effects_from: str | None = None,
 ) -> dict:
     """{"scenarios": {study: {scenario: {quantity: {coverage, bias, identified_rate, n}}}}}.
 
     write_tables: also write the first simulated study of each scenario as run tables into
     `<write_tables>/<study>-<scenario>/`, for `k3scale fit <study> --from` that folder.
+    seed_effects_from: where the simulations take their noise from: a study folder
+    (`<folder>/runs.parquet`), or a folder of them (`<folder>/<study>-<preset>/`, each study its
+    own); its seed effects, and its within-seed noise unless `noise` is given.
     """
     studies = studies or (10 if quick else 200)
     start = time.perf_counter()
-    result, layouts = {}, {}
+    result, layouts, noises = {}, {}, {}
     for name in (study,) if study else STUDIES:
         design = what_if(design_from_study(name, preset), lr_grid, seeds)
         layouts[name] = describe(design)
+        measured = (
+            measured_noise(_study_folder(Path(seed_effects_from), name, preset))
+            if seed_effects_from
+            else None
+        )
+        seed_truth = measured.seeds if measured else None
+        noise_sd = noise if noise is not None else (measured.noise_sd if measured else None)
+        noise_sd = DEFAULT_NOISE if noise_sd is None else noise_sd
+        noises[name] = {
+            "noise_sd": noise_sd,
+            "seed_effects": {**measured.seeds, "measured_in": measured.source}
+            if measured
+            else None,
+        }
         if write_tables:
-            for scenario, truth in scenarios(name, noise).items():
+            for scenario, truth in scenarios(name, noise_sd, seed_truth).items():
                 folder = Path(write_tables) / f"{name}-{scenario}"
                 tables.write_tables(*simulated_tables(design, truth, 0), folder)
-        result[name] = calibrate(name, design, studies, workers, draws, noise)
+        result[name] = calibrate(name, design, studies, workers, draws, noise_sd, seed_truth)
     return {
         "scenarios": result,
         "designs": layouts,
@@ -301,7 +403,7 @@ def run(
         "what_if": {"lr_grid": lr_grid, "seeds": seeds},
         "studies_per_scenario": studies,
         "draws_per_cell": draws,
-        "noise_sd": noise,
+        "noise": noises,
         "workers": workers,
         "wall_s": time.perf_counter() - start,
     }
@@ -348,13 +450,30 @@ def markdown(result: dict) -> str:
         out.append("")
     what_if = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in result["what_if"].items() if v)
     out.append(
-        f"{result['studies_per_scenario']} simulated studies per scenario, run noise sd "
-        f"{result['noise_sd']} nats, {result['draws_per_cell']} draws per cell optimum; "
+        f"{result['studies_per_scenario']} simulated studies per scenario, "
+        f"{_noise_text(result)}, {result['draws_per_cell']} draws per cell optimum; "
         f"preset {result['preset']}"
         + (f" with what-if {what_if}" if what_if else "")
         + f"; {result['wall_s'] / 60:.1f} min on {result['workers']} processes."
     )
     return "\n".join(out) + "\n"
+
+
+def _noise_text(result: dict) -> str:
+    """The simulated noise of each study, in words."""
+    parts = []
+    for name, noise in result["noise"].items():
+        seeds = noise["seed_effects"]
+        text = f"{name}: run noise sd {noise['noise_sd']:.4g} nats"
+        if seeds:
+            text += (
+                f", seed effects u sd {seeds['seed_sd']:.4g}, w sd {seeds['cell_seed_sd']:.4g} "
+                f"(slot share {seeds['slot_share']:.2f}), as measured in `{seeds['measured_in']}`"
+            )
+        else:
+            text += ", no seed effects"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def render(result: dict) -> str:
@@ -363,7 +482,7 @@ def render(result: dict) -> str:
         f"calibration of the {result['preset']} design"
         + (f" (what-if: {what_if})" if what_if else "")
         + f": {result['studies_per_scenario']} "
-        f"simulated studies per scenario, run noise sd {result['noise_sd']}, "
+        f"simulated studies per scenario ({_noise_text(result)}), "
         f"{result['wall_s']:.0f} s on {result['workers']} processes",
         f"{'study':14s} {'scenario':17s} {'quantity':20s} {'identified':>10s} "
         f"{'coverage':>9s} {'bias':>9s} {'detects':>8s} {'n':>6s}",

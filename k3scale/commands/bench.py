@@ -35,6 +35,7 @@ CALIBRATE_OPTIONS = (
     "lr_grid",
     "seeds",
     "write_tables",
+    "seed_effects_from",
 )
 
 
@@ -56,6 +57,12 @@ def register(sub) -> None:
         help="what-if design: this many LRs 1.6x apart at the middle batch size, every cell",
     )
     cal.add_argument("--seeds", type=int, help="what-if design: runs at each cell's best point")
+    cal.add_argument(
+        "--seed-effects-from",
+        metavar="DIR",
+        help="simulate the seed effects (and, without --noise, the run noise) measured in the "
+        "study exported in DIR, e.g. analysis/results/k2_vs_k3-cpu_v2",
+    )
     cal.add_argument(
         "--write-tables",
         metavar="DIR",

@@ -99,11 +99,14 @@ def _draw_difference(point: float, draws: np.ndarray | None, ref: np.ndarray | N
 
 
 def _mean_difference(row: dict, reference: dict, noise) -> dict:
+    """Re-run means of two batches on the same seeds: the seeds' study-wide effects cancel, and
+    each run keeps its within-cell seed effect (`cell_sd`, which holds e) where it is measured."""
     n, m = len(row["reruns"]), len(reference["reruns"])
-    if not n or not m or noise.sd is None:
+    sd, df = (noise.seeds.cell_sd, noise.seeds.cell_df) if noise.seeds else (noise.sd, noise.df)
+    if not n or not m or sd is None:
         return {"value": None, "interval": None}
     value = row["rerun_mean"] - reference["rerun_mean"]
-    half = t_dist.ppf(0.5 + LEVEL / 2, noise.df) * noise.sd * np.sqrt(1 / n + 1 / m)
+    half = t_dist.ppf(0.5 + LEVEL / 2, df) * sd * np.sqrt(1 / n + 1 / m)
     return {"value": value, "interval": [value - half, value + half]}
 
 

@@ -41,7 +41,46 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
         lines += _schedule_lines(comparison)
     if "compute_optimal" in results:
         lines += _multiplier_lines(read_comparisons(results))
+    if "rerun_check" in results:
+        lines.append(rerun_text(results["rerun_check"]))
+    if results.get("run_noise", {}).get("seed_effects") and comparison is None:
+        lines.append(seed_effects_text(results["run_noise"]["seed_effects"]))
     return lines or ["no headline quantity in this fit"]
+
+
+def rerun_text(check: dict) -> str:
+    """The real-data coverage line: re-runs held by their new-seed predictive intervals."""
+    if not check["runs"]:
+        return f"re-runs against their predictive intervals: none scored ({check.get('skipped')})"
+    lo, hi = check["rate_interval"]
+    nominal = check["nominal"]
+    verdict_part = (
+        f"consistent with the nominal {nominal:.2f}"
+        if check["holds"]
+        else f"NOT consistent with the nominal {nominal:.2f}"
+    )
+    failing = check["failing_cells"]
+    missed = "; missed in " + ", ".join(_cell_name(c) for c in failing) if failing else ""
+    return (
+        f"re-runs held by their new-seed {nominal:.0%} predictive intervals: {check['hits']} of "
+        f"{check['runs']} (binomial 95% [{lo:.2f}, {hi:.2f}]; {verdict_part}){missed}"
+    )
+
+
+def _cell_name(cell: dict) -> str:
+    return f"{cell['size']} {cell['schedule']} D={cell['budget_tokens']:,}"
+
+
+def seed_effects_text(seeds: dict) -> str:
+    """The seed components of the run noise, in one line."""
+    effects = ", ".join(f"seed {k} {v:+.3f}" for k, v in seeds["seed_effects"].items())
+    share = (
+        f", {seeds['slot_share']:.2f} of it shared by a slot's cells" if seeds["slot_share"] else ""
+    )
+    return (
+        f"seed effects: study-wide sd {number(seeds['shared_sd'])} ({seeds['shared_df']} df; "
+        f"{effects}), within a cell sd {number(seeds['cell_sd'])} ({seeds['cell_df']} df{share})"
+    )
 
 
 def number(value: float | None, digits: int = 3) -> str:
@@ -128,11 +167,13 @@ def noise_text(noise: dict) -> str:
     if noise.get("sd") is None:
         return "run noise not measured (no residual or seed degrees of freedom)"
     p = noise.get("lack_of_fit_p")
+    seeds = noise.get("seed_effects")
     return (
         f"run noise sd {number(noise.get('sd'))} ({noise.get('method', '')}; quadratic residual "
         f"sd {number(noise.get('quadratic_residual_sd'))}, seed sd {number(noise.get('seed_sd'))}"
         + (f", lack-of-fit p {number(p, 2)}" if p is not None else "")
         + ")"
+        + (f"; {seed_effects_text(seeds)}" if seeds else "; seed effects not measured (no re-runs)")
     )
 
 
@@ -192,6 +233,7 @@ def _multiplier_lines(comparisons: dict[str, Comparison]) -> list[str]:
             f"compute multiplier {row.new} over {row.baseline} ({row.where} route) at "
             f"C={row.compute:.3g}: {ratio_text(row.estimate)}"
         )
+    lines += list(_rate_texts(comparisons))
     for conv, comparison in comparisons.items():
         for new in comparison.others:
             agreement = comparison.agreement(new)
@@ -199,6 +241,30 @@ def _multiplier_lines(comparisons: dict[str, Comparison]) -> list[str]:
                 mid = agreement[len(agreement) // 2]
                 lines.append(f"routes at the middle compute ({conv}, {new}): {mid['status']}")
     return lines
+
+
+def rate_text(e: Estimate, new: str, baseline: str, where: str) -> str:
+    """The rate of M(C) with its interval and what it says: grows, holds or shrinks."""
+    name = f"rate of M(C) {new} over {baseline} ({where}), d log M / d log C"
+    if not e.identified:
+        return f"{name}: {reason_text(e.verdict)}"
+    lo, hi = e.interval
+    trend = (
+        "the advantage grows with compute"
+        if lo > 0
+        else "the advantage shrinks with compute"
+        if hi < 0
+        else "its interval holds 0: a constant advantage is not excluded"
+    )
+    return f"{name}: {e.value:+.3f} [{lo:+.3f}, {hi:+.3f}] ({trend})"
+
+
+def _rate_texts(comparisons: dict[str, Comparison]) -> Iterator[str]:
+    """`rate_text` of every route that has M(C)."""
+    for conv, comparison in comparisons.items():
+        for route, part in sorted(comparison.routes.items()):
+            for new, e in sorted(part.rate.items()):
+                yield rate_text(e, new, comparison.baseline, f"{conv}, {route} route")
 
 
 def _three(points: list) -> list[int]:
@@ -210,6 +276,8 @@ def markdown_tables(doc: dict[str, Any]) -> str:
     """The report's numeric tables in Markdown (analysis/README.md embeds them verbatim)."""
     results = doc.get("results", {})
     parts = [_optima_table(read_cell_optima(results))]
+    if "rerun_check" in results:
+        parts.append(_rerun_paragraph(results))
     comparison = read_schedule_comparison(results)
     if comparison is not None:
         parts.append(_schedule_table(comparison))
@@ -240,6 +308,15 @@ def _optima_table(optima: list[CellOptimumRecord]) -> str:
     rows.append("")
     rows.append(f"Cell optima identified: {identified} of {len(optima)}.")
     return "\n".join(rows)
+
+
+def _rerun_paragraph(results: dict) -> str:
+    """The real-data coverage line, and the seed effects it rests on."""
+    lines = [rerun_text(results["rerun_check"]).capitalize() + "."]
+    seeds = results.get("run_noise", {}).get("seed_effects")
+    if seeds:
+        lines += ["", seed_effects_text(seeds).capitalize() + "."]
+    return "\n".join(lines)
 
 
 def _schedule_table(comparison: ScheduleComparison) -> str:
@@ -282,4 +359,5 @@ def _multiplier_table(comparisons: dict[str, Comparison]) -> str:
         rows.append(
             f"| {row.conv} | {row.route} | {row.compute:.3g} | {ratio_text(row.estimate)} |"
         )
+    notes += [f"{text[0].upper()}{text[1:]}." for text in _rate_texts(comparisons)]
     return "\n".join([*rows, "", *notes]) if len(rows) > 2 else "\n".join(notes)

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.estimates import compute_optimal, optimum
+from k3scale.scaling.estimates import compute_optimal, optimum, rerun_check, seed_effects
 from k3scale.scaling.estimates.schedule_compare import CellComparison, compare_cell, pooled
 from k3scale.scaling.laws.isoflop import compute_level, fit_isoflop
 from k3scale.scaling.laws.powerlaw import fit_power_law
@@ -108,6 +108,8 @@ class CellEstimate:
     best_trial: dict
     trials: int
     seed_losses: list[float]
+    level: seed_effects.SeedLevel | None = None
+    """The cell's seeds at its best trial's point (None without a quadratic)."""
 
     def record(self) -> CellOptimumRecord:
         """Where the cell sits, its optimum with interval and verdict, the best trial."""
@@ -139,13 +141,41 @@ class _CellTrials:
     best: optimum.BestTrial
     run_id: str
     trials: int
-    seed_losses: list[float]
+    tuned_seed: int
+    reruns: pl.DataFrame
+    """The seed re-runs at the best trial's point."""
+    loss: str
+
+    @property
+    def seed_losses(self) -> list[float]:
+        return self.reruns[self.loss].to_list()
 
     @property
     def noise_group(self) -> list[float]:
         """Runs at one point for the noise estimate: the re-runs, or [best, re-run] for one."""
         reruns = self.seed_losses
         return [self.best.loss, *reruns] if len(reruns) == 1 else reruns
+
+    def _rerun_seeds(self) -> list[int]:
+        """The re-runs' seeds; tables without seeds number them after the tuned seed."""
+        if "seed" in self.reruns.columns and self.reruns["seed"].null_count() == 0:
+            return self.reruns["seed"].to_list()
+        return [self.tuned_seed + 1 + k for k in range(self.reruns.height)]
+
+    def seed_level(self) -> seed_effects.SeedLevel | None:
+        """The cell's seeds at the best trial's point (None without a quadratic)."""
+        if self.quadratic is None:
+            return None
+        row = self.quadratic.features(
+            np.array([np.log(self.best.lr)]), np.array([np.log(self.best.batch)])
+        )
+        slot = (self.cell["arch"], self.cell["size"], self.cell["budget_tokens"])
+        return seed_effects.SeedLevel(
+            slot=slot,
+            seeds=(self.tuned_seed, *self._rerun_seeds()),
+            losses=(float(row[0] @ self.quadratic.coef), *self.seed_losses),
+            tuned_leverage=float(row[0] @ self.quadratic.xtx_inv @ row[0]),
+        )
 
 
 def _cell_trials(cell: dict, group: pl.DataFrame, opts: StudyOptions) -> _CellTrials | None:
@@ -156,32 +186,75 @@ def _cell_trials(cell: dict, group: pl.DataFrame, opts: StudyOptions) -> _CellTr
     batch = tuned[opts.batch_col].cast(pl.Float64).to_numpy()
     quad, reason = optimum.fit_quadratic(lr, batch, loss)
     i = int(np.argmin(loss))
+    best = optimum.BestTrial(lr=float(lr[i]), batch=float(batch[i]), loss=float(loss[i]))
+    seeds = group.filter(_arm(SEED))
+    # The driver re-runs the best trial's point; a re-run elsewhere is not at the level point.
+    at_best = seeds.filter(
+        np.isclose(seeds["lr"].to_numpy(), best.lr)
+        & np.isclose(seeds[opts.batch_col].cast(pl.Float64).to_numpy(), best.batch)
+    )
     return _CellTrials(
         cell=cell,
         runs=group,
         quadratic=quad,
         reason=reason,
-        best=optimum.BestTrial(lr=float(lr[i]), batch=float(batch[i]), loss=float(loss[i])),
+        best=best,
         run_id=tuned["run_id"][i],
         trials=tuned.height,
-        seed_losses=group.filter(_arm(SEED))[opts.loss].to_list(),
+        tuned_seed=_tuned_seed(tuned, i),
+        reruns=at_best if at_best.height == seeds.height else seeds.clear(),
+        loss=opts.loss,
     )
+
+
+def _tuned_seed(tuned: pl.DataFrame, best: int) -> int:
+    """The seed of the tuning trials (the best trial's; tables without seeds: 0)."""
+    if "seed" not in tuned.columns or tuned["seed"][best] is None:
+        return 0
+    return int(tuned["seed"][best])
 
 
 def cell_estimates(
     runs: pl.DataFrame, opts: StudyOptions
 ) -> tuple[list[CellEstimate], optimum.Noise]:
-    """Every cell's fitted optimum with draws, and the study's pooled run noise."""
+    """Every cell's fitted optimum with draws, and the study's run noise with its seed effects.
+
+    Where the study re-ran seeds, every optimum is levelled to its cell's seeds and its draws
+    carry the seed effects (`seed_effects`); without re-runs the optima are the tuned seed's and
+    the noise says that seed effects were not measured.
+    """
     fitted = [t for cell, group in _cell_rows(runs) if (t := _cell_trials(cell, group, opts))]
-    noise = optimum.pooled_noise(
-        [t.quadratic for t in fitted if t.quadratic is not None],
-        [t.noise_group for t in fitted if t.seed_losses],
+    levels = [t.seed_level() for t in fitted]
+    quads = [t.quadratic for t in fitted if t.quadratic is not None]
+    groups = [t.noise_group for t in fitted if t.seed_losses]
+    within = optimum.pooled_noise(quads, groups, seeds_modelled=True)
+    within_sd = within.parts["quadratic_residual_sd"] or 0.0
+    components = seed_effects.estimate_components(
+        [lv for lv in levels if lv], within_sd, within.parts["quadratic_df"]
+    )
+    noise = within if components is not None else optimum.pooled_noise(quads, groups)
+    if components is not None and components.within_seed_df > within.df:
+        noise = optimum.Noise(
+            sd=components.within_seed_sd,
+            df=components.within_seed_df,
+            parts={**within.parts, "method": POOLED_E},
+        )
+    noise = dataclasses.replace(noise, seeds=components)
+    errors = (
+        seed_effects.level_error_draws(
+            components, levels, opts.num_resamples, np.random.default_rng([opts.seed, 48])
+        )
+        if components is not None and opts.num_resamples > 0
+        else [None] * len(fitted)
     )
     out = []
-    for i, t in enumerate(fitted):
+    for i, (t, lv, err) in enumerate(zip(fitted, levels, errors, strict=True)):
         rng = np.random.default_rng([opts.seed, i])
+        level = None
+        if lv is not None and components is not None:
+            level = optimum.Level(t.best.lr, t.best.batch, tuple(t.seed_losses), err)
         est = optimum.estimate_optimum(
-            t.quadratic, t.reason, t.best, noise, opts.num_resamples, rng
+            t.quadratic, t.reason, t.best, noise, opts.num_resamples, rng, level
         )
         out.append(
             CellEstimate(
@@ -193,9 +266,28 @@ def cell_estimates(
                 best_trial={**dataclasses.asdict(t.best), "run_id": t.run_id},
                 trials=t.trials,
                 seed_losses=t.seed_losses,
+                level=lv,
             )
         )
     return out, noise
+
+
+POOLED_E = (
+    "within-seed noise pooled from the quadratics' residuals and the re-runs (no seed effect "
+    "within cells beyond it); seed effects apart"
+)
+
+
+def rerun_coverage(estimates: list[CellEstimate], noise: optimum.Noise, opts: StudyOptions) -> dict:
+    """The re-runs against their new-seed predictive intervals (`rerun_check`), identified
+    cells only."""
+    kept = [e for e in estimates if e.optimum.identified]
+    # The residuals' e, as `cell_estimates` gave it to the components (the re-runs re-pool it).
+    within = (noise.parts.get("quadratic_residual_sd") or 0.0, noise.parts.get("quadratic_df", 0))
+    coverage = rerun_check.check_reruns(
+        [e.cell for e in kept], [e.level for e in kept], opts.seed, *within
+    )
+    return coverage.to_json()
 
 
 def cell_records(estimates: list[CellEstimate]) -> list[CellOptimumRecord]:

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import ratio_text, reason_text, verdict_text
+from k3scale.scaling.headline import rate_text, ratio_text, reason_text, verdict_text
 from k3scale.scaling.values.fitdoc import ArmFrontier, CellOptimumRecord, Comparison
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.viz import theme
@@ -340,6 +340,11 @@ def _multiplier_caption(
             )
         else:
             parts.append(f"{name} route: identified at none of {num} compute values")
+    parts += [
+        rate_text(comparison.routes[name].rate[new], new, comparison.baseline, f"{name} route")
+        for name in routes
+        if new in comparison.routes[name].rate
+    ]
     parts += [f"{route} route skipped: {why}" for route, why in _skipped_routes(comparison)]
     missing: dict[tuple[str, str], list[float]] = {}
     for name, m in routes.items():

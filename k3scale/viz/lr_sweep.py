@@ -175,7 +175,10 @@ def lr_sweep_panel(
         key=f"lr-sweep-{arm_key}-{fixed}",
         figure=fig,
         caption=_caption(optima, arm_key, reference, arms),
-        note=theme.RATIO_NOTE.format(ref=f"lr*_{reference}", other="lr*_other arm"),
+        note=theme.RATIO_NOTE.format(
+            ref=f"lr*_{reference}",
+            other=" or ".join(f"lr*_{a}" for a in arms if a != reference) or "lr*",
+        ),
     )
 
 

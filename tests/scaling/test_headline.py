@@ -25,10 +25,12 @@ OK = Verdict()
 CURVE = Curve((1e10, 1e11), (3.0, 2.9), (2.9, 2.8), (3.1, 3.0))
 
 
-def multiplier_doc(points: list[Estimate]) -> dict:
-    """A fit document whose surface route holds `points` and whose envelope route was skipped."""
-    route = Route({"k2": ArmFrontier(CURVE), "k3": ArmFrontier(CURVE)}, {"k3": points})
-    routes = {"surface": route, "envelope": Route({}, {}, "k2: 1 identified cell")}
+def multiplier_doc(points: list[Estimate], rate: Estimate | None = None) -> dict:
+    """A fit document whose surface route holds `points` (and `rate`) and whose envelope route
+    was skipped."""
+    rates = {"k3": rate} if rate else {}
+    route = Route({"k2": ArmFrontier(CURVE), "k3": ArmFrontier(CURVE)}, {"k3": points}, rates)
+    routes = {"surface": route, "envelope": Route({}, {}, skipped="k2: 1 identified cell")}
     conv = Comparison("k2", tuple(np.geomspace(1e10, 1e11, len(points)).tolist()), routes)
     skipped = Comparison("k2", skipped="no arms")
     return {"results": {"compute_optimal": {"c_6n": conv.to_json(), "c_attn": skipped.to_json()}}}
@@ -50,12 +52,20 @@ def test_identified_multipliers_print_with_their_intervals():
     ) in lines
 
 
-def test_the_markdown_table_prints_every_compute_value():
+def test_the_rate_says_whether_the_advantage_grows_holds_or_shrinks():
     points = [Estimate(3.0 - i / 4, [2.5 - i / 4, 3.5 - i / 4], OK) for i in range(5)]
-    table = markdown_tables(multiplier_doc(points))
-    # Every compute value of the overlap, not only its ends and middle (issue 33: the rate).
+    shrinks = Estimate(-0.4, [-0.6, -0.2], OK)
+    lines = headline_lines(multiplier_doc(points, shrinks))
+    assert (
+        "rate of M(C) k3 over k2 (c_6n, surface route), d log M / d log C: -0.400 "
+        "[-0.600, -0.200] (the advantage shrinks with compute)"
+    ) in lines
+    held = headline_lines(multiplier_doc(points, Estimate(0.1, [-0.1, 0.3], OK)))
+    assert any("a constant advantage is not excluded" in line for line in held)
+    table = markdown_tables(multiplier_doc(points, shrinks))
+    # Every compute value of the overlap, not only its ends and middle.
     assert table.count("| c_6n | surface |") == 5
-    assert len(headline_lines(multiplier_doc(points))) < len(table.splitlines())
+    assert "Rate of M(C) k3 over k2 (c_6n, surface route)" in table
 
 
 def test_a_wide_interval_is_never_printed():

@@ -23,6 +23,17 @@ def _study_with_experiment(folder: Path, name: str) -> str:
         return MlflowClient(server.url).create_experiment(name)
 
 
+def _end(process: subprocess.Popen) -> None:
+    """End a `k3scale ui` a failed check left running by SIGTERM, which it handles like Ctrl-C
+    (a SIGKILL would leave its server, in a session of its own, running)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def test_ui_starts_the_study_server_and_stops_on_ctrl_c(tmp_path):
     experiment_id = _study_with_experiment(tmp_path, "a-study")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -50,8 +61,7 @@ def test_ui_starts_the_study_server_and_stops_on_ctrl_c(tmp_path):
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:
-        if process.poll() is None:
-            process.kill()
+        _end(process)
     assert process.returncode == 0, err
     assert "Traceback" not in err and "stopped" in out
     assert f"#/experiments/{experiment_id}/runs?" in runs_line

@@ -168,6 +168,45 @@ def summarise(values: np.ndarray, point: np.ndarray, name: str, decades: float) 
     return out
 
 
+# A rate is a slope: it needs M(C) identified at this many compute values.
+MIN_RATE_POINTS = 3
+
+
+def log_slope(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """[S] least-squares slopes of log values [S, m] on log at [m] (NaN where a value is not)."""
+    x = np.log(at) - np.log(at).mean()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.log(values)
+    return (y - y.mean(axis=1, keepdims=True)) @ x / (x @ x)
+
+
+def rate_of(
+    m_draws: np.ndarray, m_point: np.ndarray, at: np.ndarray, estimates: list[Estimate]
+) -> Estimate:
+    """d log M / d log C: the slope of log M(C) on log C over the compute values where M(C) is
+    identified, at the point estimates and in every draw (methods.md 4.10).
+
+    Positive: the advantage grows with compute; negative: it shrinks. A draw contributes only
+    where M is defined at every one of those compute values.
+    """
+    used = np.array([e.identified for e in estimates])
+    if used.sum() < MIN_RATE_POINTS:
+        reason = (
+            f"M(C) identified at {int(used.sum())} compute values "
+            f"(a rate needs >= {MIN_RATE_POINTS})"
+        )
+        return Estimate(None, None, Verdict(reason))
+    slopes = log_slope(m_draws[:, used], at[used])
+    share = float(np.isfinite(slopes).mean())
+    ci = percentile_interval(slopes)
+    ruling = Verdict.first(
+        verdict.defined_share_reason("the rate", share),
+        None if ci is not None else "the rate has no interval",
+    )
+    value = float(log_slope(m_point[used][None], at[used])[0])
+    return Estimate(value, ci, ruling, defined_share=share)
+
+
 def _inherit(estimates: list[Estimate], reason: str | None) -> list[Estimate]:
     """The estimates with `reason` as their verdict (a route whose own fit is not identified
     identifies none of what it gives), except where they are undefined, the plainer reason."""
@@ -295,18 +334,19 @@ def compare_arms(
     for route in ROUTES:
         reasons = [r for r in (route_skip_reason(a, route) for a in arms.values()) if r]
         if reasons:
-            routes[route] = Route({}, {}, "; ".join(reasons))
+            routes[route] = Route({}, {}, skipped="; ".join(reasons))
             continue
         frontiers = {
             name: arm_frontier(arm, route, (surfaces or {}).get(name)) for name, arm in arms.items()
         }
         base = frontiers[baseline]
         unidentified = _surface_reason(frontiers) if route == "surface" else None
-        ratios = {}
+        ratios, rates = {}, {}
         for new in others:
             point, draws = frontiers[new].at(at)
             m_point = multiplier(base.point[None], base.grid, point[None], at)[0]
             m_draws = multiplier(base.draws, base.grid, draws, at)
             ratios[new] = _inherit(summarise(m_draws, m_point, "M(C)", decades), unidentified)
-        routes[route] = Route({name: f.record for name, f in frontiers.items()}, ratios)
+            rates[new] = rate_of(m_draws, m_point, at, ratios[new])
+        routes[route] = Route({name: f.record for name, f in frontiers.items()}, ratios, rates)
     return Comparison(baseline, tuple(at.tolist()), routes)

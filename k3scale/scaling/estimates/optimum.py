@@ -14,10 +14,12 @@ Each needs at least one trial more than it has coefficients and 3 distinct learn
 Its interval comes from the sampling distribution of that estimator, not from resampling trials
 and taking a minimum (inconsistent: a resample's minimum cannot go below the sample's). For a
 linear least-squares fit with Gaussian run noise of sd sigma the coefficients are exactly
-N(coef, sigma^2 (X'X)^-1); the noise is pooled over the study (quadratic residuals and seed
-re-runs, `pooled_noise`) and its own uncertainty enters as a scaled inverse chi-square draw.
-Each draw's minimum over the box is a draw of the optimum loss (a parametric bootstrap without
-the refits). A cell whose fitted minimum sits on an edge of the searched box, or whose trials
+N(coef, sigma^2 (X'X)^-1); the noise comes from the study (`pooled_noise`) and its own
+uncertainty enters as a scaled inverse chi-square draw. Each draw's minimum over the box is a
+draw of the optimum loss (a parametric bootstrap without the refits). The trials share one
+seed, whose effect the curve carries whole: where the study re-ran seeds, the curve is levelled
+to the mean of the cell's seeds at the best trial's point (`Level`), and the draws add the
+seeds' effects (`seed_effects`). A cell whose fitted minimum sits on an edge of the searched box, or whose trials
 cannot support a quadratic, is flagged `not identified` with the reason.
 """
 
@@ -28,6 +30,7 @@ import dataclasses
 import numpy as np
 from scipy.stats import f as f_dist
 
+from k3scale.scaling.estimates.seed_effects import SeedComponents
 from k3scale.scaling.values.uncertainty import LEVEL, percentile_interval
 from k3scale.scaling.values.verdict import Verdict
 
@@ -134,16 +137,24 @@ class Noise:
     sd: float | None
     df: int
     parts: dict
+    seeds: SeedComponents | None = None
+    """The seed components of the noise (None: no re-runs measured them)."""
 
     def to_dict(self) -> dict:
-        return {"sd": self.sd, "df": self.df, **self.parts}
+        seeds = self.seeds.to_dict() if self.seeds else None
+        return {"sd": self.sd, "df": self.df, **self.parts, "seed_effects": seeds}
 
 
-def pooled_noise(quadratics: list[CellQuadratic], seed_groups: list[list[float]]) -> Noise:
-    """sd from quadratic residuals and seed re-runs, pooled as one variance.
+def pooled_noise(
+    quadratics: list[CellQuadratic], seed_groups: list[list[float]], seeds_modelled: bool = False
+) -> Noise:
+    """The run noise the quadratics' coefficient draws use.
 
     seed_groups: per cell, the losses of runs at one point (its seed re-runs; when a cell has
     a single re-run, [best trial, re-run], whose difference holds two runs' noise).
+    seeds_modelled: the seed effects are drawn apart (`seed_effects`): the re-runs' scatter is
+    then the seeds' (u + w + e), not the within-seed noise e of the quadratic's trials, and the
+    residuals alone measure e (the re-runs stand in only where no residual is free).
     """
     ss_fit = sum(q.rss for q in quadratics)
     df_fit = sum(q.df for q in quadratics)
@@ -161,6 +172,9 @@ def pooled_noise(quadratics: list[CellQuadratic], seed_groups: list[list[float]]
         "seed_sd": float(np.sqrt(ss_seed / df_seed)) if df_seed else None,
         "seed_df": df_seed,
     }
+    if seeds_modelled and df_fit:
+        parts["method"] = "within-seed noise from the quadratics' residuals; seed effects apart"
+        return Noise(sd=parts["quadratic_residual_sd"], df=df_fit, parts=parts)
     lack = _lack_of_fit_p(ss_fit, df_fit, ss_seed, df_seed)
     parts["lack_of_fit_p"] = lack
     if lack is not None and lack < LACK_OF_FIT_LEVEL:
@@ -249,6 +263,15 @@ class CellOptimum:
     """[S, p] coefficient draws behind `draws` (None without a quadratic)."""
     draw_index: np.ndarray | None = None
     """[S] each draw's minimum as an index into quad.box()."""
+    shift: float = 0.0
+    """What levels the tuned seed's quadratic to the mean of the cell's seeds (`level_shift`):
+    the fitted curve plus `shift` is the cell's loss; `loss` includes it."""
+    shift_draws: np.ndarray | None = None
+    """[S] draws of `shift` with the seeds' effects (None: the seed-0 curve, unlevelled)."""
+
+    def levelled(self, fitted: np.ndarray) -> np.ndarray:
+        """Draws [S] of the quadratic's values `fitted` [S] moved to the seeds' mean."""
+        return fitted + (self.shift if self.shift_draws is None else self.shift_draws)
 
     @property
     def identified(self) -> bool:
@@ -260,6 +283,26 @@ class CellOptimum:
         return percentile_interval(self.draws, level, min_draws=1)
 
 
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """Where a cell's seeds meet: the point, the re-runs' losses there, and draws of the mean
+    seed effect over the cell's seeds (`seed_effects.level_error_draws`; None: not modelled)."""
+
+    lr: float
+    batch: float
+    reruns: tuple[float, ...]
+    seed_error_draws: np.ndarray | None
+
+
+def level_shift(quad: CellQuadratic, level: Level, coefs: np.ndarray) -> np.ndarray:
+    """[k] shift per coefficient row [k, p]: the mean over the cell's seeds at the level point
+    (the quadratic's own value there for the tuned seed, then each re-run) minus that value."""
+    row = quad.features(np.array([np.log(level.lr)]), np.array([np.log(level.batch)]))
+    at_point = coefs @ row[0]
+    seeds = 1 + len(level.reruns)
+    return (at_point + sum(level.reruns)) / seeds - at_point
+
+
 def estimate_optimum(
     quad: CellQuadratic | None,
     reason: str,
@@ -267,8 +310,13 @@ def estimate_optimum(
     noise: Noise,
     num_draws: int,
     rng: np.random.Generator,
+    level: Level | None = None,
 ) -> CellOptimum:
-    """The cell's optimum from its quadratic; the best trial (not identified) when there is none."""
+    """The cell's optimum from its quadratic; the best trial (not identified) when there is none.
+
+    With a `level`, the quadratic (fitted to one seed's trials) is shifted to the mean of the
+    cell's seeds at the level point, and the draws carry the seeds' effects.
+    """
     if quad is None:
         return CellOptimum(None, best.loss, best.lr, best.batch, Verdict(reason), None)
     value, index = box_minimum(quad, quad.coef[None])
@@ -276,17 +324,24 @@ def estimate_optimum(
     why = edge_reason(quad, int(index[0]))
     if noise.sd is None:
         why = why or "no run noise measured (no residual or seed degrees of freedom)"
-    draws = coefs = draw_index = None
+    shift = float(level_shift(quad, level, quad.coef[None])[0]) if level else 0.0
+    draws = coefs = draw_index = shift_draws = None
     if noise.sd is not None and num_draws > 0:
         coefs = coefficient_draws(quad, noise, num_draws, rng)
         draws, draw_index = box_minimum(quad, coefs)
+        if level is not None:
+            errors = level.seed_error_draws
+            shift_draws = level_shift(quad, level, coefs) + (0.0 if errors is None else errors)
+            draws = draws + shift_draws
     return CellOptimum(
         quad,
-        float(value[0]),
+        float(value[0]) + shift,
         float(np.exp(u[index[0]])),
         float(np.exp(v[index[0]])),
         Verdict.first(why),
         draws,
         coefs,
         draw_index,
+        shift,
+        shift_draws,
     )

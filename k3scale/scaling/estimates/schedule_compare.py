@@ -6,7 +6,9 @@ reference schedule (cosine) ends lower.
 Per (arch, size, budget) cell, from each schedule's fitted optimum (k3scale/scaling/estimates/optimum.py):
 - "own": each schedule at its own tuned optimum (per-schedule tuning, the K3 report's reading);
 - "shared": both at the reference's optimum (the other schedule's quadratic read there).
-The intervals come from the two cells' independent draws. Over cells, the pooled reading that
+Both optima are levelled to their cells' seeds; the intervals come from the two cells' draws,
+which share the seeds' effects where the cells share seeds (`seed_effects`): a difference at
+matched seeds is paired. Over cells, the pooled reading that
 the word "consistently" needs: the mean difference over identified cells with a t-interval over
 independent clusters of cells, and the sign count.
 """
@@ -50,13 +52,13 @@ def _shared_draws(ref: CellOptimum, other: CellOptimum) -> tuple[float, np.ndarr
     one_batch_elsewhere = q_other.mode == "1d" and not np.isclose(v, q_other.v_range[0])
     if one_batch_elsewhere or not np.all(np.isfinite(row)):
         return np.nan, None, "the other schedule never ran the reference's batch size"
-    point = ref.loss - float((row @ q_other.coef)[0])
+    point = ref.loss - (float((row @ q_other.coef)[0]) + other.shift)
     if ref.draw_index is None or other.coef_draws is None:
         return point, None, ""
     bu, bv = q_ref.box()
     rows = q_other.features(bu[ref.draw_index], bv[ref.draw_index])
     at_ref = np.einsum("sp,sp->s", rows, other.coef_draws)
-    return point, ref.draws - at_ref, ""
+    return point, ref.draws - other.levelled(at_ref), ""
 
 
 @dataclasses.dataclass(frozen=True)

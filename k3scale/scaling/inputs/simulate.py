@@ -10,7 +10,9 @@ with L_base = E + A N^-alpha + B D^-beta (Chinchilla form), the new architecture
 L_base(N k^a, D k^b) with a = beta / (alpha + beta), b = 1 - a (so its compute-optimal frontier
 is the baseline's at k times the compute: a known multiplier k under 6 N D), WSD offset by
 -schedule_diff (schedule_diff = L_cosine - L_wsd at own optima), lr* moving with N and D and by a
-factor for WSD, and Gaussian run noise (WSD branches of one trunk share part of it).
+factor for WSD, Gaussian run noise (WSD branches of one trunk share part of it), and seed
+effects (methods.md 4.8): u per seed across the study, w per cell and seed (cells of one
+(arch, size, budget) share part of it); the tuning trials all run the design's first seed.
 
 `simulate_runs` returns the run table a real study exports (the columns `k3scale fit` reads), so
 the analysis runs on it unchanged. Tuning trials are drawn at random from the search space:
@@ -86,8 +88,15 @@ class Truth:
     """Loss rise per (log lr - log lr*)^2: 0.3 nats one decade from the optimum."""
     kappa_batch: float = 0.02
     noise_sd: float = 0.02
+    """Per-run noise e (what the quadratics' residuals measure)."""
     trunk_share: float = 0.5
     """Share of a WSD branch's noise variance common to its trunk's branches."""
+    seed_sd: float = 0.0
+    """u: a seed's effect on every run of that seed in the study (methods.md 4.8)."""
+    cell_seed_sd: float = 0.0
+    """w: a seed's effect on the runs of one cell, beyond u."""
+    slot_share: float = 0.0
+    """Share of w's variance common to the cells of one (arch, size, budget) slot."""
 
     def surface(self, arch: str, schedule: str) -> np.ndarray:
         """(E, A, alpha, B, beta) of the arm's true L(N, D), schedule offset included."""
@@ -150,9 +159,36 @@ def _trunk_key(design: Design, cell: SimCell) -> tuple | None:
     return (cell.arch, cell.size)
 
 
+class _SeedEffects:
+    """u per seed and w per (cell, seed), drawn once per simulated study as they are needed."""
+
+    def __init__(self, truth: Truth, rng: np.random.Generator):
+        self.truth, self.rng = truth, rng
+        self.shared: dict[int, float] = {}
+        self.slot: dict[tuple, float] = {}
+        self.cell: dict[tuple, float] = {}
+
+    def __call__(self, cell: SimCell, seed: int) -> float:
+        t = self.truth
+        if not (t.seed_sd or t.cell_seed_sd):
+            return 0.0
+        slot = (cell.arch, cell.size, cell.budget_tokens)
+        if seed not in self.shared:
+            self.shared[seed] = t.seed_sd * self.rng.standard_normal()
+        if (slot, seed) not in self.slot:
+            self.slot[(slot, seed)] = self.rng.standard_normal()
+        key = (slot, cell.schedule, seed)
+        if key not in self.cell:
+            own = self.rng.standard_normal()
+            mix = np.sqrt(t.slot_share) * self.slot[(slot, seed)] + np.sqrt(1 - t.slot_share) * own
+            self.cell[key] = t.cell_seed_sd * mix
+        return self.shared[seed] + self.cell[key]
+
+
 def simulate_runs(design: Design, truth: Truth, seed: int) -> pl.DataFrame:
     """One synthetic study's run table (tuned trials, seed re-runs, shared arm)."""
     rng = np.random.default_rng(seed)
+    seed_effect = _SeedEffects(truth, np.random.default_rng([seed, 48]))
     rows: list[dict] = []
     trunks: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     best_of: dict[tuple, tuple[float, int]] = {}
@@ -169,13 +205,14 @@ def simulate_runs(design: Design, truth: Truth, seed: int) -> pl.DataFrame:
         share = truth.trunk_share if key is not None else 0.0
         noise = np.sqrt(share) * common + np.sqrt(1 - share) * rng.standard_normal(len(lr))
         loss = true_loss(truth, design, cell, lr, batch) + truth.noise_sd * noise
+        loss = loss + seed_effect(cell, design.seeds[0])
         for i in range(len(lr)):
             rows.append(_row(design, cell, "tuned", lr[i], batch[i], loss[i], design.seeds[0]))
         i = int(np.argmin(loss))
         best_of[(cell.arch, cell.size, cell.budget_tokens, cell.schedule)] = (lr[i], batch[i])
         for s in design.seeds[1:]:
             value = true_loss(truth, design, cell, lr[i], batch[i])
-            value = value + truth.noise_sd * rng.standard_normal()
+            value = value + truth.noise_sd * rng.standard_normal() + seed_effect(cell, s)
             rows.append(_row(design, cell, "seed", lr[i], batch[i], value, s))
     if design.shared_arm:
         for cell in cells:
@@ -183,7 +220,9 @@ def simulate_runs(design: Design, truth: Truth, seed: int) -> pl.DataFrame:
                 continue
             lr, batch = best_of[(cell.arch, cell.size, cell.budget_tokens, "cosine")]
             value = (
-                true_loss(truth, design, cell, lr, batch) + truth.noise_sd * rng.standard_normal()
+                true_loss(truth, design, cell, lr, batch)
+                + truth.noise_sd * rng.standard_normal()
+                + seed_effect(cell, design.seeds[0])
             )
             rows.append(_row(design, cell, "shared", lr, batch, value, design.seeds[0]))
     table = pl.DataFrame(rows)

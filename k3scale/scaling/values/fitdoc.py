@@ -27,8 +27,9 @@ from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.scaling.values.verdict import Verdict
 
 # 1: first release. 2 (issue 32): one estimator per number: no first-generation frontiers,
-# surfaces or backtests; a frontier's curve holds 17 points, both ends included.
-SCHEMA_VERSION = 2
+# surfaces or backtests; a frontier's curve holds 17 points, both ends included. 3 (issue 33):
+# each route holds the rate of M(C).
+SCHEMA_VERSION = 3
 
 
 # The optima an HP law is fitted to (k3scale/scaling/study.py `hp_laws`).
@@ -353,11 +354,13 @@ class ArmFrontier:
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """One route's frontiers per arm and M(C) of each new arm over the baseline (one Estimate
-    per compute value of the comparison); or why the route was skipped."""
+    """One route's frontiers per arm, M(C) of each new arm over the baseline (one Estimate per
+    compute value of the comparison) and its rate d log M / d log C; or why the route was
+    skipped."""
 
     arms: dict[str, ArmFrontier]
     multiplier: dict[str, list[Estimate]]
+    rate: dict[str, Estimate] = dataclasses.field(default_factory=dict)
     skipped: str | None = None
 
     def to_json(self) -> dict:
@@ -366,17 +369,19 @@ class Route:
         return {
             "arms": {name: arm.to_json() for name, arm in self.arms.items()},
             "multiplier": {new: [e.to_json() for e in m] for new, m in self.multiplier.items()},
+            "rate": {new: e.to_json() for new, e in self.rate.items()},
         }
 
     @classmethod
     def from_json(cls, doc: dict) -> Route:
         if "skipped" in doc:
-            return cls({}, {}, doc["skipped"])
+            return cls({}, {}, skipped=doc["skipped"])
         return cls(
             arms={name: ArmFrontier.from_json(a) for name, a in doc["arms"].items()},
             multiplier={
                 new: [Estimate.from_json(e) for e in m] for new, m in doc["multiplier"].items()
             },
+            rate={new: Estimate.from_json(e) for new, e in doc["rate"].items()},
         )
 
 

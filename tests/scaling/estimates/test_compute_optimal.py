@@ -122,22 +122,43 @@ def test_noisy_optima_give_a_wide_interval_and_say_not_identified():
 
 def test_a_route_whose_surface_is_not_identified_identifies_no_multiplier():
     """M(C) read off a surface the data cannot identify says so at every compute (issue 33)."""
-    # Noise this large leaves K3's alpha interval reaching the exponent grid's edge.
-    arms = {
-        "k2": arm("k2", TRUE, noise=1.0, draws=200, seed=1),
-        "k3": arm("k3", shifted(TRUE, 2.5), noise=1.0, draws=200, seed=2),
-    }
-    comparison = co.compare_arms(arms, "k2", decades=1.0)
-    route = comparison.routes["surface"]
-    assert route.arms["k2"].surface.verdict.identified
-    assert not route.arms["k3"].surface.verdict.identified
-    defined = [e for e in route.multiplier["k3"] if e.value is not None]
-    assert len(defined) == 8
-    for e in defined:
-        assert e.verdict.reason.startswith("the surface of k3 is not identified (alpha interval")
-    assert {a["status"] for a in comparison.agreement("k3")} == {
-        "not comparable (a route does not identify M(C) here)"
-    }
+    # alpha on the exponent grid's lower edge: the data do not bound it.
+    flat = np.array([2.0, 400.0, 0.05, 900.0, 0.3])
+    arms = {"k2": arm("k2", flat, noise=1e-3), "k3": arm("k3", shifted(TRUE, 2.5), noise=1e-3)}
+    route = co.compare_arms(arms, "k2", decades=1.0).routes["surface"]
+    assert not route.arms["k2"].surface.verdict.identified
+    for e in route.multiplier["k3"]:
+        if e.value is not None:
+            assert e.verdict.reason.startswith("the surface of k2 is not identified")
+    assert not route.rate["k3"].identified
+
+
+def test_the_rate_is_zero_for_a_constant_multiplier_and_signed_for_a_changing_one():
+    base = arm("k2", TRUE, noise=1e-3, draws=200, seed=1)
+    constant = co.compare_arms(
+        {"k2": base, "k3": arm("k3", shifted(TRUE, 2.5), noise=1e-3, draws=200, seed=2)},
+        "k2",
+        decades=1.0,
+    )
+    rate = constant.routes["surface"].rate["k3"]
+    # Zero up to the route's N grid (64 sizes): 0.0016 here, a 0.4% change of M over the
+    # overlap's two decades of compute.
+    assert rate.identified and -0.005 < rate.interval[0] <= rate.interval[1] < 0.005
+    # Steeper in N and D: the new arm's loss falls faster with compute, so its advantage grows.
+    steeper = np.array([2.0, 400.0, 0.4, 900.0, 0.35])
+    growing = co.compare_arms(
+        {"k2": base, "k3": arm("k3", steeper, noise=1e-3, draws=200, seed=2)}, "k2", decades=1.0
+    )
+    rate = growing.routes["surface"].rate["k3"]
+    assert rate.identified and rate.interval[0] > 0
+
+
+def test_a_rate_needs_three_identified_compute_values():
+    estimates = [co.Estimate(2.0, [1.5, 2.5], co.Verdict())] * 2
+    estimates += [co.Estimate(None, None, co.Verdict("undefined"))] * 3
+    at = np.geomspace(1e10, 1e12, 5)
+    rate = co.rate_of(np.full((10, 5), 2.0), np.full(5, 2.0), at, estimates)
+    assert rate.verdict.reason == "M(C) identified at 2 compute values (a rate needs >= 3)"
 
 
 def test_the_surface_route_refuses_a_design_with_two_budgets_per_size():

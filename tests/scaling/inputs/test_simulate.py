@@ -10,6 +10,7 @@ import pytest
 
 from k3scale.bench import calibrate
 from k3scale.cli import main
+from k3scale.errors import K3ScaleError
 from k3scale.scaling.estimates import compute_optimal
 from k3scale.scaling.inputs.simulate import Truth, simulate_runs, true_loss
 
@@ -107,3 +108,43 @@ def test_a_grid_centred_per_size_is_simulated_per_size():
         batch = np.full_like(fine, design.batch_sizes[0])
         star = fine[np.argmin(true_loss(Truth(), design, cell, fine, batch))]
         assert grid[0] < star < grid[-1], (cell, star, grid)
+
+
+def test_a_seed_shifts_every_run_of_that_seed_and_a_cell_its_own(design):
+    plain = simulate_runs(design, Truth(), seed=3)
+    seeded = simulate_runs(design, Truth(seed_sd=0.05, cell_seed_sd=0.02), seed=3)
+    shift = seeded.with_columns(shift=seeded["final_val_ood_loss"] - plain["final_val_ood_loss"])
+    # The tuning trials of one cell all run the first seed: one shift per cell ...
+    tuned = shift.filter(pl.col("arm") == "tuned").group_by("cell").agg(pl.col("shift").std())
+    assert tuned["shift"].max() < 1e-12
+    # ... and with no within-cell part, one shift per seed for the whole study.
+    shared_only = simulate_runs(design, Truth(seed_sd=0.05), seed=3)
+    per_seed = (
+        shared_only.with_columns(
+            shift=shared_only["final_val_ood_loss"] - plain["final_val_ood_loss"]
+        )
+        .group_by("seed")
+        .agg(pl.col("shift").std(), pl.col("shift").mean().alias("mean"))
+    )
+    assert per_seed["shift"].max() < 1e-12 and per_seed["mean"].abs().min() > 0
+
+
+def test_calibration_simulates_the_noise_a_committed_study_measured(tmp_path):
+    measured = calibrate.measured_noise(calibrate.ROOT / "analysis/results/cosine_vs_wsd-cpu_v2")
+    assert 0.005 < measured.noise_sd < 0.03
+    assert 0.005 < measured.seeds["seed_sd"] < 0.05
+    assert 0.0 <= measured.seeds["slot_share"] <= 1.0
+    out = calibrate.run(
+        quick=True,
+        study="cosine_vs_wsd",
+        studies=2,
+        workers=1,
+        draws=50,
+        seed_effects_from=str(calibrate.ROOT / "analysis/results/cosine_vs_wsd-cpu_v2"),
+    )
+    noise = out["noise"]["cosine_vs_wsd"]
+    assert noise["noise_sd"] == measured.noise_sd
+    assert noise["seed_effects"]["seed_sd"] == measured.seeds["seed_sd"]
+    assert "rerun_new_seed" in out["scenarios"]["cosine_vs_wsd"]["no_effect"]
+    with pytest.raises(K3ScaleError, match="no seed re-runs"):
+        calibrate.measured_noise(calibrate.ROOT / "analysis/results/k2_vs_k3-demo")
