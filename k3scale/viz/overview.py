@@ -74,5 +74,6 @@ def _caption(runs: pl.DataFrame, counts: pl.DataFrame) -> str:
         f"{counts.height} cells, {runs.height} runs ({arm_text}): "
         f"{counts['finished'].sum()} finished, {counts['diverged'].sum()} diverged, "
         f"{counts['failed'].sum()} failed; compute spent "
-        f"{theme.fmt_sci(counts['compute'].sum())} FLOPs (6·N_active·D)."
+        f"{theme.fmt_sci(counts['compute'].sum())} FLOPs (6·N_active·D; a WSD branch counts "
+        "from its fork, its trunk the rest)."
     )

@@ -113,7 +113,8 @@ def grid_shared_runs(runs: pl.DataFrame, metric: str, reference: str = "cosine")
 
 
 def status_counts(runs: pl.DataFrame) -> pl.DataFrame:
-    """Per cell: runs by status and compute spent (sum of c_6n over every run, FLOPs)."""
+    """Per cell: runs by status and compute spent (FLOPs, 6 N_active D: each run's c_6n, a WSD
+    branch's from its fork on, as its trunk spent the rest)."""
     require_columns(runs, REQUIRED_RUN_COLUMNS, "the run table")
     return (
         runs.group_by(CELL_COLUMNS)
@@ -122,11 +123,21 @@ def status_counts(runs: pl.DataFrame) -> pl.DataFrame:
             (pl.col("status") == "finished").sum().alias("finished"),
             (pl.col("status") == "diverged").sum().alias("diverged"),
             (pl.col("status") == "failed").sum().alias("failed"),
-            pl.col("c_6n").fill_null(0.0).sum().alias("compute"),
+            _own_compute(runs).sum().alias("compute"),
             pl.col("n_active").first(),
         )
         .sort("arch", "schedule", "n_active", "budget_tokens")
     )
+
+
+def _own_compute(runs: pl.DataFrame) -> pl.Expr:
+    """c_6n less, for a branch, the share of its tokens before its fork (its trunk's)."""
+    spent = pl.col("c_6n").fill_null(0.0)
+    if not {"trunk_run_id", "fork_step", "batch_tokens"} <= set(runs.columns):
+        return spent
+    before_fork = pl.col("fork_step") * pl.col("batch_tokens") / pl.col("tokens")
+    shared = pl.when(pl.col("trunk_run_id").is_not_null()).then(before_fork).otherwise(0.0)
+    return spent * (1.0 - shared.fill_null(0.0).clip(0.0, 1.0))
 
 
 def representative_cells(runs: pl.DataFrame) -> list[str]:

@@ -24,7 +24,7 @@ from k3scale.scaling.values.verdict import Verdict
 from k3scale.viz import curves as curves_mod
 from k3scale.viz import frontier, hp, landscape, overview, surface, theme
 from k3scale.viz.fits import DashboardFits
-from k3scale.viz.summaries import best_trials, representative_cells
+from k3scale.viz.summaries import best_trials, representative_cells, status_counts
 
 METRIC = "final_val_ood_loss"
 
@@ -62,6 +62,35 @@ def test_overview_counts_runs_by_status(runs):
         assert sum(bar.y) == counts[status]
     assert f"{runs['cell'].n_unique()} cells, {runs.height} runs" in panel.caption
     assert drawn_points(panel.figure) > 0
+
+
+def test_a_wsd_branch_spends_only_the_compute_after_its_fork():
+    # A trunk of 1000 tokens and a branch forked at step 60 of batch 10 tokens (600 tokens in),
+    # ending at 800: the branch spent 200 tokens' compute, not 800.
+    base = {"arch": "k3", "schedule": "wsd", "size": "s1", "status": "finished", "n_active": 10}
+    runs = pl.DataFrame(
+        [
+            {**base, "run_id": "t", "cell": "a", "budget_tokens": 1000, "tokens": 1000},
+            {
+                **base,
+                "run_id": "b",
+                "cell": "b",
+                "budget_tokens": 800,
+                "tokens": 800,
+                "trunk_run_id": "t",
+                "fork_step": 60,
+            },
+        ]
+    ).with_columns(
+        arm=pl.lit("tuned"),
+        lr=pl.lit(0.01),
+        batch_size=pl.lit(1),
+        batch_tokens=pl.lit(10),
+        c_6n=6.0 * 10 * pl.col("tokens"),
+        c_attn=7.0 * 10 * pl.col("tokens"),
+    )
+    spent = dict(status_counts(runs).select("cell", "compute").rows())
+    assert spent == {"a": 6.0 * 10 * 1000, "b": 6.0 * 10 * 200}
 
 
 def test_curves_menu_holds_every_cell_and_highlights_its_best_trial(runs, curves):
