@@ -50,7 +50,7 @@ def _traces(run: dict, rows: pl.DataFrame, colour: str, name: str, metric: str) 
                 "x": [run["tokens"]],
                 "y": [run[metric]],
                 "mode": "markers",
-                "name": f"{name}: final {theme.METRIC_LABELS.get(metric, metric)}",
+                "name": f"{name}: {theme.METRIC_LABELS.get(metric, metric)}",
                 "legendgroup": run["run_id"],
                 "showlegend": False,
                 "marker": {"color": colour, "size": 10, "symbol": "diamond"},
@@ -140,6 +140,6 @@ def wsd_branches_panel(
         f"Each of {len(titles)} WSD trunks (pick it in the menu; dark line) with the "
         f"{branches.height} branches forked from the trunks in all: peak-LR schedule (top) and "
         "train loss (bottom, lines) vs tokens; a branch decays from its fork to its own budget; "
-        f"diamonds: final {theme.METRIC_LABELS.get(metric, metric)} of each run."
+        f"diamonds: {theme.METRIC_LABELS.get(metric, metric)} of each run."
     )
     return Panel(key="wsd-branches", figure=fig, caption=caption)
