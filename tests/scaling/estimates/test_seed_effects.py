@@ -56,15 +56,20 @@ def test_one_seed_or_no_residual_freedom_gives_no_components():
     assert seed_effects.estimate_components(saturated) is None
 
 
-def test_cells_on_the_same_seeds_share_the_seed_draws_and_their_difference_cancels_them():
-    components = seed_effects.SeedComponents(
-        shared_sd=0.03,
+def _known(shared_sd: float, cell_sd: float, slot_share: float) -> seed_effects.SeedComponents:
+    """Components known to 200 degrees of freedom (their draws barely widen)."""
+    return seed_effects.SeedComponents(
+        shared_sd=shared_sd,
         shared_df=200,
-        cell_sd=0.001,
+        cell_sd=cell_sd,
         cell_df=200,
-        slot_share=0.0,
-        seed_means={0: 0.0, 1: 0.0, 2: 0.0},
+        slot_share=slot_share,
+        seed_means={},
     )
+
+
+def test_cells_on_the_same_seeds_share_the_seed_draws_and_their_difference_cancels_them():
+    components = _known(shared_sd=0.03, cell_sd=0.001, slot_share=0.0)
     a = SeedLevel(("k2", "s1", 10), (0, 1, 2), (4.0, 4.0, 4.0))
     b = SeedLevel(("k3", "s1", 10), (0, 1, 2), (3.9, 3.9, 3.9))
     other = SeedLevel(("k3", "s2", 10), (3, 4, 5), (3.9, 3.9, 3.9))
@@ -79,14 +84,7 @@ def test_cells_on_the_same_seeds_share_the_seed_draws_and_their_difference_cance
 
 
 def test_a_slot_share_pairs_the_cells_of_one_slot():
-    components = seed_effects.SeedComponents(
-        shared_sd=0.0,
-        shared_df=200,
-        cell_sd=0.02,
-        cell_df=200,
-        slot_share=0.8,
-        seed_means={0: 0.0},
-    )
+    components = _known(shared_sd=0.0, cell_sd=0.02, slot_share=0.8)
     cosine = SeedLevel(("k3", "s1", 10), (0,), (4.0,))
     wsd = SeedLevel(("k3", "s1", 10), (0,), (4.0,))
     budget = SeedLevel(("k3", "s1", 20), (0,), (4.0,))
