@@ -54,6 +54,11 @@ STUDY = Study(
         "demo": presets.demo(sizes(ladders.DEMO)),
         "cpu": presets.cpu(sizes(ladders.CPU)),
         "cpu_v2": CPU_V2,
+        # Three ratios per size for the surface route; 2 seeds (about 70 minutes; 3 would be
+        # about 89, over the 90-minute budget with no margin): simulated power 0.98 at 1.5x (6ND).
+        "cpu_v3": presets.cpu_v3(
+            CPU_V2, budgets_per_param=(5.0, 10.0, 20.0), seeds=presets.V3_SEEDS[:2]
+        ),
         **BATCH_CHECK,
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),

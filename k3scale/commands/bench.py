@@ -61,7 +61,8 @@ def register(sub) -> None:
         "--seed-effects-from",
         metavar="DIR",
         help="simulate the seed effects (and, without --noise, the run noise) measured in the "
-        "study exported in DIR, e.g. analysis/results/k2_vs_k3-cpu_v2",
+        "study exported in DIR, e.g. analysis/results/k2_vs_k3-cpu_v2 ({study} in DIR stands "
+        "for each study: analysis/results/{study}-cpu_v2)",
     )
     cal.add_argument(
         "--write-tables",

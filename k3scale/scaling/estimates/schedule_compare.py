@@ -9,8 +9,9 @@ Per (arch, size, budget) cell, from each schedule's fitted optimum (k3scale/scal
 Both optima are levelled to their cells' seeds; the intervals come from the two cells' draws,
 which share the seeds' effects where the cells share seeds (`seed_effects`): a difference at
 matched seeds is paired. Over cells, the pooled reading that
-the word "consistently" needs: the mean difference over identified cells with a t-interval over
-independent clusters of cells, and the sign count.
+the word "consistently" needs: the mean difference over identified cells with its interval from
+the cells' draws (paired through the seeds they share), the sign count, and a t-interval over
+independent clusters of cells that does not lean on the seed model.
 """
 
 from __future__ import annotations
@@ -108,41 +109,66 @@ def compare_cell(
     return CellComparison(difference, own_draws)
 
 
-def pooled(
-    entries: list[CellComparison], clusters: list, reference: str, other: str
-) -> PooledDifference:
-    """Mean difference over identified cells, its interval, and the sign count.
+def _paired_mean(used: list[CellComparison]) -> Estimate:
+    """The mean over cells of their own-optimum differences, its interval from the mean of the
+    cells' draws: draw s of every cell shares seed s's effects (`seed_effects`), so the mean of
+    paired cells keeps what their seeds share out of its spread, as a paired difference does."""
+    mean = float(np.mean([e.difference.own.value for e in used]))
+    lengths = {len(e.own_draws) for e in used}
+    if len(lengths) != 1 or lengths == {0}:
+        why = "the cells' differences have no draws of one length to pool"
+        return Estimate(mean, None, Verdict(why))
+    draws = np.mean([e.own_draws for e in used], axis=0)
+    ci = percentile_interval(draws)
+    return Estimate(mean, ci, Verdict.first(None if ci else _why_no_interval(draws)))
 
-    Cells are not independent: WSD cells of one size share a trunk, hence trials and noise. The
-    interval is a t-interval over clusters (one per `clusters` value, e.g. (arch, size)): the
-    mean of cluster means, with the spread of cluster means as its error (df = clusters - 1).
-    """
-    used = [
-        (e.difference, c) for e, c in zip(entries, clusters, strict=True) if e.own_draws is not None
-    ]
-    groups: dict = {}
-    for d, c in used:
-        groups.setdefault(c, []).append(d.own.value)
-    counts = {"cells": len(entries), "identified_cells": len(used), "clusters": len(groups)}
+
+def _across_sizes(groups: dict[object, list[float]], used: int, cells: int) -> Estimate:
+    """A t-interval over independent clusters of cells (the mean of cluster means, their spread
+    as its error, df = clusters - 1): robust to a model of the noise that is wrong and to an
+    effect that differs by size, at the price of few degrees of freedom."""
     if len(groups) < MIN_CLUSTERS:
         reason = (
             f"identified differences in {len(groups)} independent cluster(s) of cells "
-            f"(sizes; needs >= {MIN_CLUSTERS}) over {len(used)} of {len(entries)} cells"
+            f"(sizes; needs >= {MIN_CLUSTERS}) over {used} of {cells} cells"
         )
-        return PooledDifference(**counts, mean=Estimate(None, None, Verdict(reason)))
+        return Estimate(None, None, Verdict(reason))
     means = np.array([np.mean(v) for v in groups.values()])
     mean = float(means.mean())
     half = float(t_dist.ppf(0.975, len(means) - 1) * means.std(ddof=1) / np.sqrt(len(means)))
-    ci = [mean - half, mean + half]
-    signs = [np.sign(d.own.value) for d, _ in used]
-    resolved = [sign_text(d.own.interval, reference, other) for d, _ in used]
+    return Estimate(mean, [mean - half, mean + half], Verdict())
+
+
+def pooled(
+    entries: list[CellComparison], clusters: list, reference: str, other: str
+) -> PooledDifference:
+    """Mean difference over identified cells, its paired interval, and the sign count.
+
+    The interval is the draws' (`_paired_mean`), which the seed model makes paired (methods.md
+    4.9) and `bench calibrate` checks; `across_sizes` is the t-interval over clusters (one per
+    `clusters` value, e.g. (arch, size)) that holds without the model: where the two disagree,
+    the model or a constant effect is in doubt.
+    """
+    used = [(e, c) for e, c in zip(entries, clusters, strict=True) if e.own_draws is not None]
+    groups: dict = {}
+    for e, c in used:
+        groups.setdefault(c, []).append(e.difference.own.value)
+    counts = {"cells": len(entries), "identified_cells": len(used), "clusters": len(groups)}
+    if not used:
+        reason = f"no identified difference in {len(entries)} cells"
+        return PooledDifference(**counts, mean=Estimate(None, None, Verdict(reason)))
+    mean = _paired_mean([e for e, _ in used])
+    signs = [np.sign(e.difference.own.value) for e, _ in used]
+    resolved = [sign_text(e.difference.own.interval, reference, other) for e, _ in used]
+    ci = mean.interval
     return PooledDifference(
         **counts,
-        mean=Estimate(mean, ci, Verdict()),
+        mean=mean,
+        across_sizes=_across_sizes(groups, len(used), len(entries)),
         point_signs={
             f"{reference} lower": int(sum(s < 0 for s in signs)),
             f"{other} lower": int(sum(s > 0 for s in signs)),
         },
         resolved_signs={s: resolved.count(s) for s in sorted(set(resolved))},
-        consistent=bool(len(set(signs)) == 1 and (ci[1] < 0 or ci[0] > 0)),
+        consistent=bool(ci and len(set(signs)) == 1 and (ci[1] < 0 or ci[0] > 0)),
     )

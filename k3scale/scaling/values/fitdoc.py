@@ -28,8 +28,9 @@ from k3scale.scaling.values.verdict import Verdict
 
 # 1: first release. 2 (issue 32): one estimator per number: no first-generation frontiers,
 # surfaces or backtests; a frontier's curve holds 17 points, both ends included. 3 (issue 33):
-# each route holds the rate of M(C).
-SCHEMA_VERSION = 3
+# each route holds the rate of M(C). 4 (issue 33): a pooled difference is paired (the mean of
+# the cells' draws) and carries the t-interval over sizes as `across_sizes`.
+SCHEMA_VERSION = 4
 
 
 # The optima an HP law is fitted to (k3scale/scaling/study.py `hp_laws`).
@@ -182,12 +183,16 @@ def sign_text(interval: list[float] | None, reference: str, other: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PooledDifference:
-    """The mean difference over identified cells with its t-interval over clusters of cells.
+    """The mean difference over identified cells, with its paired interval and a t-interval
+    over clusters of cells.
 
     Attributes:
         cells, identified_cells, clusters: cells compared, those with an identified difference,
             and their independent clusters (arch and size).
-        mean: the mean difference with its interval and verdict.
+        mean: the mean difference with its interval (from the cells' draws, paired by seed) and
+            verdict.
+        across_sizes: the same mean with a t-interval over clusters, which holds without the
+            seed model (few degrees of freedom: a check, not the headline).
         point_signs: cells whose point difference favours each schedule.
         resolved_signs: cells by what their own interval says.
         consistent: every point sign the same and the interval excludes 0.
@@ -197,10 +202,14 @@ class PooledDifference:
     identified_cells: int
     clusters: int
     mean: Estimate
+    across_sizes: Estimate | None = None
     point_signs: dict[str, int] = dataclasses.field(default_factory=dict)
     resolved_signs: dict[str, int] = dataclasses.field(default_factory=dict)
     consistent: bool = False
-    method: str = "t-interval over clusters of cells (cluster = arch and size)"
+    method: str = (
+        "percentile interval of the mean over cells of their draws (paired: draws share each "
+        "seed's effects)"
+    )
 
     def to_json(self, reference: str, other: str) -> dict:
         out = {
@@ -217,6 +226,7 @@ class PooledDifference:
             "ci": self.mean.interval,
             "method": self.method,
             "sign": sign_of(self.mean.interval, reference, other),
+            "across_sizes": self.across_sizes.to_json() if self.across_sizes else None,
             "point_signs": self.point_signs,
             "resolved_signs": self.resolved_signs,
             "consistent": self.consistent,
@@ -229,6 +239,9 @@ class PooledDifference:
             identified_cells=doc["identified_cells"],
             clusters=doc["clusters"],
             mean=Estimate(doc.get("mean_diff"), doc.get("ci"), Verdict.from_json(doc["verdict"])),
+            across_sizes=Estimate.from_json(doc["across_sizes"])
+            if doc.get("across_sizes")
+            else None,
             point_signs=doc.get("point_signs", {}),
             resolved_signs=doc.get("resolved_signs", {}),
             consistent=doc.get("consistent", False),

@@ -1,4 +1,4 @@
-"""Schedule comparison of fitted optima, per cell and pooled over clusters of cells."""
+"""Schedule comparison of fitted optima, per cell and pooled over cells (paired by seed)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from k3scale.scaling.estimates.optimum import BestTrial, Noise, estimate_optimum, fit_quadratic
 from k3scale.scaling.estimates.schedule_compare import CellComparison, compare_cell, pooled
 from k3scale.scaling.values.fitdoc import CellDifference
-from k3scale.scaling.values.uncertainty import Estimate
+from k3scale.scaling.values.uncertainty import Estimate, percentile_interval
 from k3scale.scaling.values.verdict import Verdict
 
 LRS = np.geomspace(2e-3, 5e-2, 7)
@@ -54,21 +54,45 @@ def test_the_shared_setting_needs_the_batch_the_other_schedule_ran():
     assert "never ran the reference's batch size" in entry["verdict_shared"]
 
 
-def _difference(value: float) -> CellComparison:
-    """A cell's difference with draws (the pooled reading uses the point and the draws' presence)."""
+def _difference(value: float, draws) -> CellComparison:
+    """A cell's difference with its draws."""
     own = Estimate(value, [value - 0.01, value + 0.01], Verdict())
     difference = CellDifference({}, "cosine", "wsd", own, own, 1.0, 1.0, {})
-    return CellComparison(difference, np.zeros(10))
+    return CellComparison(difference, np.asarray(draws, dtype=float))
 
 
-def test_pooled_reading_counts_clusters_not_cells():
-    entries = [_difference(d) for d in (-0.02, -0.01, -0.015)]
-    one_size = pooled(entries, ["t1", "t1", "t1"], "cosine", "wsd")
-    assert one_size.mean.verdict.reason.startswith("identified differences in 1")
+def _paired_cells(values, shared_sd=0.01, own_sd=0.002, draws=400) -> list[CellComparison]:
+    """Cells whose draws share one seed term (as cells on the same seeds do) plus their own."""
+    rng = np.random.default_rng(0)
+    shared = rng.normal(0.0, shared_sd, draws)
+    return [_difference(v, v + shared + rng.normal(0.0, own_sd, draws)) for v in values]
+
+
+def test_pooled_interval_is_read_off_the_mean_of_the_cells_draws():
+    entries = _paired_cells((-0.02, -0.01, -0.015))
+    result = pooled(entries, ["t1", "t1", "t1"], "cosine", "wsd")
+    assert result.mean.value == pytest.approx(-0.015)
+    expected = percentile_interval(np.mean([e.own_draws for e in entries], axis=0))
+    assert result.mean.interval == pytest.approx(expected)
+    # The shared term does not average out over cells: the interval keeps its width.
+    assert result.mean.interval[1] - result.mean.interval[0] > 3.0 * 0.01
+    assert result.across_sizes.verdict.reason.startswith("identified differences in 1")
+
+
+def test_pooled_reading_counts_clusters_for_the_check_across_sizes():
+    entries = _paired_cells((-0.02, -0.01, -0.015), shared_sd=0.001)
     three = pooled(entries, ["t1", "t2", "t3"], "cosine", "wsd")
-    assert three.mean.value == pytest.approx(-0.015)
-    assert three.mean.interval[1] < 0 and three.consistent
+    assert three.across_sizes.value == pytest.approx(-0.015)
+    assert three.across_sizes.interval[1] < 0 and three.mean.interval[1] < 0
+    assert three.consistent
     assert three.point_signs == {"cosine lower": 3, "wsd lower": 0}
-    mixed = [*entries, _difference(0.03)]
+    mixed = [*entries, *_paired_cells((0.03,))]
     result = pooled(mixed, ["t1", "t2", "t3", "t4"], "cosine", "wsd")
     assert not result.consistent and result.point_signs["wsd lower"] == 1
+
+
+def test_cells_without_draws_pool_a_point_without_an_interval():
+    entries = [_difference(-0.01, []), _difference(-0.02, [])]
+    result = pooled(entries, ["t1", "t2"], "cosine", "wsd")
+    assert result.mean.value == pytest.approx(-0.015) and result.mean.interval is None
+    assert "no draws" in result.mean.verdict.reason and not result.consistent

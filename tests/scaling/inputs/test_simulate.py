@@ -59,7 +59,12 @@ def test_the_analysis_runs_unchanged_on_written_simulated_tables(tmp_path, capsy
         seeds=3,
         write_tables=str(tmp_path),
     )
-    assert set(out["scenarios"]["k2_vs_k3"]) == {"no_effect", "report_direction", "opposite"}
+    assert set(out["scenarios"]["k2_vs_k3"]) == {
+        "no_effect",
+        "report_direction",
+        "modest",
+        "opposite",
+    }
     folder = tmp_path / "k2_vs_k3-report_direction"
     args = ["fit", "k2_vs_k3", "--from", str(folder), "--out", str(tmp_path / "fit.json")]
     assert main([*args, "--bootstrap", "50", "--grid", "coarse", "--workers", "1"]) == 0
