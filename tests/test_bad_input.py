@@ -97,6 +97,22 @@ def cases(w: Path) -> dict[str, tuple[tuple[str, ...], str]]:
             (*smoke, "--data-root", str(w / "nowhere"), "--study-dir", str(w / "s1")),
             "no prepared dataset",
         ),
+        # The study names the build its models need, and refuses one they cannot read.
+        "run-missing-small-vocab-dataset": (
+            (
+                *("study", "run", "experiments/k2_vs_k3.py", "--preset", "cpu_v2"),
+                *("--data-root", str(w / "nowhere"), "--study-dir", str(w / "s7")),
+            ),
+            "--name english_mix_v512 --vocab-size 512",
+        ),
+        "run-dataset-vocab-too-large": (
+            (
+                *("study", "run", "experiments/k2_vs_k3.py", "--preset", "cpu_v2"),
+                *("--data-root", str(w / "data_1024"), "--dataset", "sample"),
+                *("--study-dir", str(w / "s8")),
+            ),
+            "larger than the study's models' 512",
+        ),
         "dead-ray-address": (
             (*run, "--study-dir", str(w / "s2"), "--ray-address", "127.0.0.1:9"),
             "no Ray cluster answers at 127.0.0.1:9",
@@ -173,6 +189,7 @@ def workspace(tmp_path_factory) -> Path:
     """Good and bad inputs side by side: the good ones must come out unchanged."""
     w = tmp_path_factory.mktemp("bad-input")
     prepare_sample(w / "data", vocab_size=512)
+    prepare_sample(w / "data_1024", vocab_size=1024)
     runs, curves = build_tables(synthetic_runs("k2_vs_k3", sizes=("t0", "t1"), lrs=(1e-3,)))
     write_tables(runs, curves, w / "tables")
     write_tables(runs.clear(), curves.clear(), w / "empty")

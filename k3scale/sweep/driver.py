@@ -45,6 +45,14 @@ _ENV = {
 }
 
 
+def failure_text(exc: BaseException) -> str:
+    """What failed, in one line: a Ray task error's own cause (its first line is Ray's
+    traceback header, which names no reason)."""
+    cause = getattr(exc, "cause", None) or exc
+    first = (str(cause).strip().splitlines() or [""])[0]
+    return f"{type(cause).__name__}: {first[:300]}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class SweepContext:
     study: Study
@@ -397,9 +405,7 @@ class Driver:
                     self._wait_for_tracking()
                 job.relaunch()
                 return
-            self.log(
-                f"trial {job.label} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            )
+            self.log(f"trial {job.label} failed: {failure_text(exc)}")
             for study, trial, _, _ in job.tells:
                 if trial is not None:
                     study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)

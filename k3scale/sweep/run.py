@@ -94,7 +94,7 @@ def run_study(
     if folder.exists() and not folder.is_dir():
         raise K3ScaleError(f"--study-dir {folder} is a file, not a folder")
     data_root = str(Path(data_root).resolve())
-    fingerprint = _check_data(data_root, dataset)
+    fingerprint = _check_data(data_root, dataset, _model_vocab(preset))
     tracking = TrackingService(folder, tracking_uri, log)
     _check_reachable(ray_address or os.environ.get("RAY_ADDRESS"))
     # Nothing is written before the inputs above are checked.
@@ -202,13 +202,32 @@ def overhead_summary(timings: list[dict[str, float]]) -> dict:
     }
 
 
-def _check_data(data_root: str, dataset: str) -> str:
+def _model_vocab(preset) -> int:
+    """The smallest vocabulary of the preset's models: every token id must fit it."""
+    from k3scale.models.presets import get_preset
+
+    return min(get_preset(size).vocab_size for ladder in preset.sizes.values() for size in ladder)
+
+
+def _check_data(data_root: str, dataset: str, vocab_size: int) -> str:
+    """The dataset's fingerprint, once it is known to be prepared and to fit the models'
+    vocabulary (else every trial would fail on it, one by one)."""
     from k3scale.data import open_dataset
 
+    prepare = (
+        f"k3scale data prepare --name {Path(dataset).name} --vocab-size {vocab_size} "
+        f"--out {data_root}"
+    )
     try:
-        return open_dataset(dataset, root=data_root).fingerprint
+        opened = open_dataset(dataset, root=data_root)
     except K3ScaleError as exc:
-        raise K3ScaleError(f"{exc} (run `k3scale data prepare` first)") from None
+        raise K3ScaleError(f"{exc}; the study's models want `{prepare}`") from None
+    if opened.vocab_size > vocab_size:
+        raise K3ScaleError(
+            f"dataset {dataset!r} has a vocabulary of {opened.vocab_size}, larger than the "
+            f"study's models' {vocab_size}: rebuild it with `{prepare} --force`"
+        )
+    return opened.fingerprint
 
 
 def _create_experiment(tracking_uri: str, name: str, note: str) -> None:

@@ -46,3 +46,8 @@ def test_failed_trials_make_study_run_exit_1_with_their_count(data_root, tmp_pat
     assert "Traceback" not in done.stderr
     record = json.loads((study_dir / "study.json").read_text())
     assert record["trials"] == {"finished": 0, "diverged": 0, "failed": 2}
+    # The driver's line names the worker's own reason, not Ray's traceback header.
+    output = done.stdout + done.stderr
+    failed = [line for line in output.splitlines() if " failed: " in line and "trial " in line]
+    assert failed and all("K3ScaleError: " in line for line in failed), failed
+    assert all("multiple" in line for line in failed), failed
