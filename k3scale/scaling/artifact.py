@@ -27,9 +27,14 @@ from k3scale.scaling.values.result import dumps
 PROJECT_RECIPES = Path(__file__).resolve().parents[2] / "analysis"
 
 
+# What the analysis writes into the repository: changes there do not make its code dirty.
+GENERATED_OUTPUTS = ("analysis/results", "analysis/README.md")
+
+
 @functools.cache
 def code_version() -> dict:
-    """{"package": version, "git_sha": sha or None, "git_dirty": bool or None}."""
+    """{"package": version, "git_sha": sha or None, "git_dirty": bool or None}: dirty when the
+    checkout's code differs from the commit (its generated outputs aside)."""
     try:
         version = metadata.version("k3scale")
     except metadata.PackageNotFoundError:
@@ -44,8 +49,10 @@ def code_version() -> dict:
             timeout=10,
             check=True,
         ).stdout.strip()
+        # Outputs are not code: a fit rewritten over its committed self is not a dirty tree.
         status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "."]
+            + [f":(exclude){output}" for output in GENERATED_OUTPUTS],
             capture_output=True,
             text=True,
             timeout=10,
