@@ -77,8 +77,8 @@ def design_from_study(name: str, preset: str) -> Design:
     )
     if p.lr_grid is None:
         return design
-    # The preset's own grid (its extensions are not simulated: the truth's lr* sits around the
-    # grid's centre, moved by N and D).
+    # The preset's own grid and its extensions (the truth's lr* sits around the grid's centre,
+    # moved by N and D).
     lrs = grid_lrs(p.lr_grid)
     scale = tuple(
         (size, p.lr_grid.for_size(size).center / p.lr_grid.center)
@@ -91,6 +91,8 @@ def design_from_study(name: str, preset: str) -> Design:
         batch_sizes=(p.lr_grid.batch_size,),
         trials_per_cell=p.lr_grid.points,
         size_lr_scale=scale,
+        lr_grid_ratio=p.lr_grid.ratio,
+        max_extensions=p.lr_grid.max_extensions,
         # On one grid the shared setting is a grid trial (k3scale.sweep.planner.runs_shared_arm).
         shared_arm=False,
     )

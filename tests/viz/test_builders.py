@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import ratio_text, reason_text
+from k3scale.scaling.headline import ratio_text, reason_text, verdict_text
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.scaling.values.verdict import Verdict
 from k3scale.viz import curves as curves_mod
@@ -229,11 +229,17 @@ def test_frontier_panel_draws_the_stored_curves_and_fitted_optima(runs, fits, fi
     stored = fit_document["results"]["compute_optimal"]["c_6n"]["routes"]
     for route, part in stored.items():
         for arm, entry in part["arms"].items():
-            line = next(t for t in panel.figure.data if t.name == f"{arm} L*(C), {route} route")
+            # A surface the data reject or cannot identify is drawn thin and dotted, no band.
+            solid = (
+                "surface" not in entry or Verdict.from_json(entry["surface"]["verdict"]).identified
+            )
+            name = f"{arm} L*(C), {route} route" + ("" if solid else " (not identified)")
+            line = next(t for t in panel.figure.data if t.name == name)
             assert list(line.x) == entry["curve"]["compute"]
             assert list(line.y) == entry["curve"]["loss"]
-            assert line.line.dash == ("solid" if route == "surface" else "dash")
-    assert sum(t.fill == "toself" for t in panel.figure.data) >= 4
+            styles = {"surface": "solid", "envelope": "dash"}
+            assert line.line.dash == (styles[route] if solid else theme.UNIDENTIFIED_DASH)
+    assert sum(t.fill == "toself" for t in panel.figure.data) >= 2
     optima = fit_document["results"]["cell_optima"]
     filled = [t for t in panel.figure.data if t.name.endswith("cell optima")]
     hollow = [t for t in panel.figure.data if t.name.endswith("cell optima, not identified")]
@@ -285,15 +291,30 @@ def test_without_a_fit_the_frontier_draws_runs_only(runs):
     assert "no fit file" in panel.caption
 
 
+def test_an_identified_surface_is_drawn_solid_with_its_band(runs, fit_document):
+    doc = copy.deepcopy(fit_document)
+    arms = doc["results"]["compute_optimal"]["c_6n"]["routes"]["surface"]["arms"]
+    for entry in arms.values():
+        entry["surface"]["verdict"] = "identified"
+    fits = DashboardFits.from_artifact(doc, source="edited fixture")
+    panel = frontier.frontier_panel(runs, fits, METRIC, "c_6n")
+    for arm in arms:
+        line = next(t for t in panel.figure.data if t.name == f"{arm} L*(C), surface route")
+        assert line.line.dash == "solid"
+        assert any(t.fill == "toself" and t.legendgroup == line.name for t in panel.figure.data)
+
+
 def test_multiplier_caption_states_the_reports_values(fits, fit_document):
     panel = frontier.multiplier_panel(fits, "c_6n", "k3")
     stored = fit_document["results"]["compute_optimal"]["c_6n"]
     for route in ("surface", "envelope"):
         entries = stored["routes"][route]["multiplier"]["k3"]
-        i = max(i for i, e in enumerate(entries) if Verdict.from_json(e["verdict"]).identified)
-        printed = ratio_text(Estimate.from_json(entries[i]))
-        at = theme.fmt_sci(stored["compute"][i])
-        assert f"{route} route M = {printed} at C = {at} FLOPs" in panel.caption
+        found = [i for i, e in enumerate(entries) if Verdict.from_json(e["verdict"]).identified]
+        assert found or route == "surface", "the fixture's envelope identifies M(C)"
+        if found:
+            printed = ratio_text(Estimate.from_json(entries[found[-1]]))
+            at = theme.fmt_sci(stored["compute"][found[-1]])
+            assert f"{route} route M = {printed} at C = {at} FLOPs" in panel.caption
     for entry in stored["routes"]["surface"]["multiplier"]["k3"]:
         ruling = Verdict.from_json(entry["verdict"])
         if not ruling.identified:
@@ -324,7 +345,8 @@ def test_surface_panel_draws_the_reports_surface(fits, fit_document):
     alpha = f"α={params['alpha']:.3f} {theme.fmt_interval(*ci['alpha'])}"
     beta = f"β={params['beta']:.3f} {theme.fmt_interval(*ci['beta'])}"
     assert f"{alpha}, {beta}" in panel.caption
-    assert stored["k3"]["surface"]["verdict"] in panel.figure.layout.title.text
+    ruling = Verdict.from_json(stored["k3"]["surface"]["verdict"])
+    assert f"(surface {verdict_text(ruling)})" in panel.figure.layout.title.text
     contour = next(t for t in panel.figure.data if t.type == "contour")
     n, d = 10 ** np.asarray(contour.x), 10 ** np.asarray(contour.y)
     expected = (

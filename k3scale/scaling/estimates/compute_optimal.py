@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy.stats import chi2
 
 from k3scale.scaling.laws.frontier import multiplier, record_lows
 from k3scale.scaling.laws.surface import fit_surface_grid
@@ -242,6 +243,40 @@ def fit_arm_surface(arm: ArmOptima) -> SurfaceDraws:
     )
 
 
+# The separable surface is rejected when it misses the cell optima beyond their noise at this
+# level (methods.md 4.10).
+LACK_OF_FIT_LEVEL = 0.01
+
+
+def lack_of_fit_reason(arm: ArmOptima, params: np.ndarray) -> str | None:
+    """Why the surface `params` does not describe the arm's cell optima, or None: a chi-square
+    of its residuals on k - 5 degrees of freedom, each scaled by the variance of that optimum's
+    draws, which carry the seed effects (methods.md 4.8). The part of the draws every cell
+    shares (the seeds' common effect, their mean over cells) is taken out first: a shift of
+    every optimum moves E alone and misfits nothing.
+
+    K2's cpu_v2 optima, for one, gain more from doubling D the larger N is (issue 33): no
+    L(N, D) with separate N and D terms has that shape.
+    """
+    dof = len(arm.loss) - len(SURFACE_PARAMS)
+    if dof < 1 or len(arm.draws) < MIN_INTERVAL_DRAWS or not np.all(np.isfinite(params)):
+        return None
+    own = arm.draws - arm.draws.mean(axis=1, keepdims=True)
+    variance = own.var(axis=0, ddof=1)
+    if not np.all(variance > 0):
+        return None
+    e, a, alpha, b, beta = params
+    fitted = e + a * arm.n**-alpha + b * arm.d**-beta
+    statistic = float(np.sum((arm.loss - fitted) ** 2 / variance))
+    p_value = float(chi2.sf(statistic, dof))
+    if p_value >= LACK_OF_FIT_LEVEL:
+        return None
+    return (
+        "the separable surface misses the cell optima beyond their noise "
+        f"(chi-square {statistic:.3g} on {dof} df, p = {p_value:.2g})"
+    )
+
+
 def _surface_record(arm: ArmOptima, fit: SurfaceDraws) -> SurfaceRecord:
     ok = np.all(np.isfinite(fit.draws), axis=1)
     ci = {name: percentile_interval(fit.draws[ok, i]) for i, name in enumerate(SURFACE_PARAMS)}
@@ -254,6 +289,7 @@ def _surface_record(arm: ArmOptima, fit: SurfaceDraws) -> SurfaceRecord:
         if ci["E"] is not None
         else f"{int(ok.sum())} draws with a surface (an interval needs >= {MIN_INTERVAL_DRAWS})",
         *(verdict.exponent_reason(p, params[p], ci[p]) for p in ("alpha", "beta")),
+        lack_of_fit_reason(arm, fit.point),
     )
     return SurfaceRecord(
         params=params,

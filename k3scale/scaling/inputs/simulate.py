@@ -62,6 +62,11 @@ class Design:
     size_lr_scale: tuple[tuple[str, float], ...] = ()
     """(size, factor): a size whose grid is `lr_grid` times factor, centred where the design
     expects that size's optimum; the truth's lr* then follows the grid centres (with D)."""
+    lr_grid_ratio: float = 1.6
+    """Spacing of `lr_grid`: an extension is one such step past an end."""
+    max_extensions: int = 0
+    """LRs a grid may add past its ends while a cell's best sits at one (the driver's rule:
+    k3scale/sweep/grid.py `next_extension`), counted per tuning study (a WSD trunk's)."""
 
     def lr_scale(self, size: str) -> float:
         return dict(self.size_lr_scale).get(size, 1.0)
@@ -185,37 +190,97 @@ class _SeedEffects:
         return self.shared[seed] + self.cell[key]
 
 
+@dataclasses.dataclass
+class _Tuning:
+    """The tuning trials of one tuning study: a cell, or the branch cells of one WSD trunk,
+    which share its LRs and part of its noise."""
+
+    cells: list[SimCell]
+    lr: list[float]
+    batch: list[float]
+    common: list[float]
+    own: dict[int, list[float]]
+    base_points: int
+
+    def losses(self, design: Design, truth: Truth, share: float, seed_effect) -> list[np.ndarray]:
+        lr, batch = np.array(self.lr), np.array(self.batch)
+        out = []
+        for k, cell in enumerate(self.cells):
+            noise = np.sqrt(share) * np.array(self.common) + np.sqrt(1 - share) * np.array(
+                self.own[k]
+            )
+            loss = true_loss(truth, design, cell, lr, batch) + truth.noise_sd * noise
+            out.append(loss + seed_effect(cell, design.seeds[0]))
+        return out
+
+    def add(self, lr: float, rng: np.random.Generator) -> None:
+        self.lr.append(lr)
+        self.batch.append(self.batch[0])
+        self.common.append(float(rng.standard_normal()))
+        for values in self.own.values():
+            values.append(float(rng.standard_normal()))
+
+
+def _extensions(design: Design, tuning: _Tuning, losses: list[np.ndarray]) -> list[float]:
+    """LRs one grid step past each end that holds a cell's best, while extensions are left."""
+    log_step = np.log(design.lr_grid_ratio)
+    tried = np.log(tuning.lr)
+    lo, hi = tried.min(), tried.max()
+    found: list[float] = []
+    for loss in losses:
+        if len(tuning.lr) - tuning.base_points + len(found) >= design.max_extensions:
+            break
+        best = tried[int(np.argmin(loss))]
+        target = lo - log_step if best - lo < 1e-6 else hi + log_step if hi - best < 1e-6 else None
+        if target is not None and not any(abs(np.log(x) - target) < 1e-6 for x in found):
+            found.append(float(np.exp(target)))
+    return found
+
+
+def _tune(design: Design, truth: Truth, rng, cells: list[SimCell], share: float, effect):
+    """The tuning study of `cells` (one cell, or a trunk's branches), its grid extended as the
+    driver extends it; (tuning, each cell's losses)."""
+    lr, batch = _trials(design, rng, cells[0].size)
+    common = rng.standard_normal(len(lr)).tolist()
+    own = {k: rng.standard_normal(len(lr)).tolist() for k in range(len(cells))}
+    tuning = _Tuning(cells, lr.tolist(), batch.tolist(), common, own, len(lr))
+    while True:
+        losses = tuning.losses(design, truth, share, effect)
+        new = _extensions(design, tuning, losses) if design.lr_grid else []
+        if not new:
+            return tuning, losses
+        for x in new:
+            tuning.add(x, rng)
+
+
 def simulate_runs(design: Design, truth: Truth, seed: int) -> pl.DataFrame:
-    """One synthetic study's run table (tuned trials, seed re-runs, shared arm)."""
+    """One synthetic study's run table (tuned trials with grid extensions, seed re-runs, shared
+    arm)."""
     rng = np.random.default_rng(seed)
     seed_effect = _SeedEffects(truth, np.random.default_rng([seed, 48]))
     rows: list[dict] = []
-    trunks: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     best_of: dict[tuple, tuple[float, int]] = {}
-    cells = sorted(design.cells, key=lambda c: -c.budget_tokens)  # trunks come from the largest
-    for cell in cells:
+    groups: dict[object, list[SimCell]] = {}
+    for cell in sorted(design.cells, key=lambda c: -c.budget_tokens):  # trunks: the largest
         key = _trunk_key(design, cell)
-        if key is not None and key in trunks:
-            lr, batch, common = trunks[key]
-        else:
-            lr, batch = _trials(design, rng, cell.size)
-            common = rng.standard_normal(len(lr))
-            if key is not None:
-                trunks[key] = (lr, batch, common)
-        share = truth.trunk_share if key is not None else 0.0
-        noise = np.sqrt(share) * common + np.sqrt(1 - share) * rng.standard_normal(len(lr))
-        loss = true_loss(truth, design, cell, lr, batch) + truth.noise_sd * noise
-        loss = loss + seed_effect(cell, design.seeds[0])
-        for i in range(len(lr)):
-            rows.append(_row(design, cell, "tuned", lr[i], batch[i], loss[i], design.seeds[0]))
-        i = int(np.argmin(loss))
-        best_of[(cell.arch, cell.size, cell.budget_tokens, cell.schedule)] = (lr[i], batch[i])
-        for s in design.seeds[1:]:
-            value = true_loss(truth, design, cell, lr[i], batch[i])
-            value = value + truth.noise_sd * rng.standard_normal() + seed_effect(cell, s)
-            rows.append(_row(design, cell, "seed", lr[i], batch[i], value, s))
+        groups.setdefault(key if key is not None else id(cell), []).append(cell)
+    for cells in groups.values():
+        trunk = _trunk_key(design, cells[0]) is not None
+        share = truth.trunk_share if trunk else 0.0
+        tuning, losses = _tune(design, truth, rng, cells, share, seed_effect)
+        for cell, loss in zip(cells, losses, strict=True):
+            for i in range(len(loss)):
+                lr, batch = tuning.lr[i], tuning.batch[i]
+                rows.append(_row(design, cell, "tuned", lr, batch, loss[i], design.seeds[0]))
+            i = int(np.argmin(loss))
+            lr, batch = tuning.lr[i], tuning.batch[i]
+            best_of[(cell.arch, cell.size, cell.budget_tokens, cell.schedule)] = (lr, batch)
+            for s in design.seeds[1:]:
+                value = true_loss(truth, design, cell, lr, batch)
+                value = value + truth.noise_sd * rng.standard_normal() + seed_effect(cell, s)
+                rows.append(_row(design, cell, "seed", lr, batch, value, s))
     if design.shared_arm:
-        for cell in cells:
+        for cell in sorted(design.cells, key=lambda c: -c.budget_tokens):
             if cell.schedule == "cosine":
                 continue
             lr, batch = best_of[(cell.arch, cell.size, cell.budget_tokens, "cosine")]

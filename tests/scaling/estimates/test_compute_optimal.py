@@ -170,3 +170,43 @@ def test_the_surface_route_refuses_a_design_with_two_budgets_per_size():
     two = co.ArmOptima("k2", n, d, 6 * n * d, loss, np.tile(loss, (30, 1)))
     assert "2 token budgets at a size" in co.route_skip_reason(two, "surface")
     assert co.route_skip_reason(arm("k2", TRUE), "surface") is None
+
+
+def _noisy(a: co.ArmOptima, loss: np.ndarray, noise: float, seed: int = 1) -> co.ArmOptima:
+    """`a` with optima `loss` seen through noise of sd `noise`: the point is one draw of it."""
+    rng = np.random.default_rng(seed)
+    draws = loss + noise * rng.standard_normal((200, len(loss)))
+    return dataclasses.replace(a, loss=loss + noise * rng.standard_normal(len(loss)), draws=draws)
+
+
+def test_the_lack_of_fit_test_passes_a_separable_surface_seen_through_noise():
+    a = arm("k2", TRUE)
+    noisy = _noisy(a, a.loss, noise=0.003)
+    (fit,) = fit_surface_grid(noisy.n, noisy.d, noisy.loss[None])
+    assert co.lack_of_fit_reason(noisy, fit) is None
+
+
+def test_a_seed_effect_every_optimum_shares_does_not_hide_a_misfit():
+    """A shift common to every cell (the seeds' shared effect) moves E alone: it widens each
+    optimum's draws but not the noise a misfit is measured against."""
+    a = arm("k2", TRUE)
+    interaction = 0.01 * np.log(a.n / a.n.min()) * np.log(a.d / a.d.min())
+    bent = _noisy(a, a.loss - interaction, noise=0.003)
+    shared = 0.05 * np.random.default_rng(2).standard_normal((200, 1))
+    seeded = dataclasses.replace(bent, draws=bent.draws + shared)
+    (fit,) = fit_surface_grid(seeded.n, seeded.d, seeded.loss[None])
+    assert co.lack_of_fit_reason(seeded, fit) is not None
+
+
+def test_the_surface_route_refuses_a_surface_its_lack_of_fit_test_rejects():
+    """Optima that gain more from more data the larger the model (K2's cpu_v2 shape): no
+    separable L(N, D) fits them, and the route signs no multiplier."""
+    a = arm("k2", TRUE)
+    interaction = 0.01 * np.log(a.n / a.n.min()) * np.log(a.d / a.d.min())
+    bent = _noisy(a, a.loss - interaction, noise=0.003)
+    (fit,) = fit_surface_grid(bent.n, bent.d, bent.loss[None])
+    assert "misses the cell optima beyond their noise" in co.lack_of_fit_reason(bent, fit)
+    other = _noisy(arm("k3", shifted(TRUE, 2.5)), arm("k3", shifted(TRUE, 2.5)).loss, 0.003)
+    route = co.compare_arms({"k2": bent, "k3": other}, "k2", decades=1.0).routes["surface"]
+    assert "misses the cell optima" in route.arms["k2"].surface.verdict.reason
+    assert all(not e.identified for e in route.multiplier["k3"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -102,7 +103,8 @@ def test_a_grid_centred_per_size_is_simulated_per_size():
         {"k3-s1": 1.0, "k3-s2": 1 / 1.6, "k3-s3": 1 / 1.6**2}
     )
     assert not design.shared_arm  # the grid trial at cosine's best is the shared setting
-    runs = simulate_runs(design, Truth(), seed=0)
+    assert design.max_extensions == 2 and design.lr_grid_ratio == pytest.approx(1.6)
+    runs = simulate_runs(dataclasses.replace(design, max_extensions=0), Truth(), seed=0)
     for size, scale in design.size_lr_scale:
         lrs = sorted(set(runs.filter(pl.col("size") == size)["lr"].to_list()))
         assert lrs == pytest.approx([lr * scale for lr in design.lr_grid])
@@ -113,6 +115,25 @@ def test_a_grid_centred_per_size_is_simulated_per_size():
         batch = np.full_like(fine, design.batch_sizes[0])
         star = fine[np.argmin(true_loss(Truth(), design, cell, fine, batch))]
         assert grid[0] < star < grid[-1], (cell, star, grid)
+
+
+def test_a_grid_is_extended_past_the_end_that_holds_a_best_as_the_driver_does():
+    design = calibrate.design_from_study("cosine_vs_wsd", "cpu_v2")
+    # lr* far above every grid: each tuning study climbs its 2 extensions, one step each.
+    truth = Truth(lr_exponents=(-0.25, -0.1), wsd_lr_factor=40.0, noise_sd=1e-4)
+    runs = simulate_runs(design, truth, seed=0).filter(pl.col("arm") == "tuned")
+    for size, scale in design.size_lr_scale:
+        grid = [lr * scale for lr in design.lr_grid]
+        wsd = sorted(
+            set(runs.filter((pl.col("size") == size) & (pl.col("schedule") == "wsd"))["lr"])
+        )
+        assert wsd == pytest.approx([*grid, grid[-1] * 1.6, grid[-1] * 1.6**2])
+        # Cosine's optimum (lr* / 40) sits inside its grid: no extension.
+        cosine = runs.filter((pl.col("size") == size) & (pl.col("schedule") == "cosine"))
+        assert sorted(set(cosine["lr"])) == pytest.approx(grid)
+    # A WSD trunk's branches share the trunk's LRs, extensions included.
+    per_cell = runs.filter(pl.col("schedule") == "wsd").group_by("size", "budget_tokens").len()
+    assert set(per_cell["len"]) == {len(design.lr_grid) + 2}
 
 
 def test_a_seed_shifts_every_run_of_that_seed_and_a_cell_its_own(design):
