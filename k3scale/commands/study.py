@@ -394,6 +394,7 @@ def _report(args) -> int:
     import json
 
     from k3scale.ops.cpu.build import KernelPath
+    from k3scale.scaling.answers import answer_lines, answers_markdown
     from k3scale.scaling.headline import headline_lines, markdown_tables
     from k3scale.sweep.declaration import load_study
     from k3scale.sweep.run import STUDY_JSON
@@ -406,8 +407,9 @@ def _report(args) -> int:
             f"no {fit_path}: run `k3scale fit {study.analysis} --from {folder / 'tables'} "
             f"--out {fit_path}` first"
         )
+    doc = json.loads(fit_path.read_text())
     if args.markdown:
-        print(markdown_tables(json.loads(fit_path.read_text())), end="")
+        print(answers_markdown(doc) + markdown_tables(doc), end="")
         return 0
     record = json.loads((folder / STUDY_JSON).read_text()) if (folder / STUDY_JSON).exists() else {}
     print(f"== {study.name} ({args.preset}): {study.description}")
@@ -418,7 +420,9 @@ def _report(args) -> int:
         )
     if path := record.get("kernel_path"):
         print(f"kernel path: {KernelPath(**path).describe()}")
-    for line in headline_lines(json.loads(fit_path.read_text())):
+    for line in answer_lines(doc):
+        print(f"ANSWER: {line}")
+    for line in headline_lines(doc):
         print(line)
     if page.exists():
         print(f"dashboard: {page.resolve()}  (open it in a browser; works offline)")

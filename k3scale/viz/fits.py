@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling.answers import answer_lines
 from k3scale.scaling.headline import headline_lines
 from k3scale.scaling.values import fitdoc
 from k3scale.scaling.values.fitdoc import (
@@ -87,7 +88,7 @@ class DashboardFits:
             hp_laws=hp_laws,
             source=source,
             notes=_skipped_law_notes(hp_laws),
-            headline=tuple(headline_lines(document)),
+            headline=tuple(answer_lines(document) + headline_lines(document)),
         )
 
     def optima(self, **match) -> list[CellOptimumRecord]:

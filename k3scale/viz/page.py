@@ -81,7 +81,8 @@ def _header(
     )
     lines = "".join(f"<li>{html.escape(line.strip())}</li>" for line in headline)
     summary = (
-        f'<p>Headline (from the fit file; each number with its verdict):</p><ul class="headline">'
+        f"<p>Headline (from the fit file: the answer to each claim first, then each number with its "
+        f'verdict):</p><ul class="headline">'
         f"{lines}</ul>"
         if lines
         else ""

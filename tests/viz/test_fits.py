@@ -8,6 +8,7 @@ import json
 import pytest
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling.answers import answer_lines
 from k3scale.scaling.headline import headline_lines
 from k3scale.scaling.values import fitdoc
 from k3scale.scaling.values.result import FitResult
@@ -22,7 +23,8 @@ def test_the_records_are_fitdocs(fits, fit_document):
     assert {o.loss.identified for o in fits.cell_optima} == {True, False}
     assert fits.multipliers() == [("c_6n", "k2", "k3"), ("c_attn", "k2", "k3")]
     assert fits.loss == "final_val_ood_loss" and fits.analysis == "k2_vs_k3"
-    assert list(fits.headline) == headline_lines(fit_document)
+    # The page opens with the one-line answers, then the report's headline lines.
+    assert list(fits.headline) == answer_lines(fit_document) + headline_lines(fit_document)
 
 
 def test_lookups_by_arch_schedule_and_convention(fits, wsd_fits, artifacts, fit_document):

@@ -36,12 +36,13 @@ FITTING_TEXT = re.compile(
 )
 FITTING_MODULES = ("scipy.optimize", "scipy.interpolate", "k3scale.scaling")
 # What a figure may read: the values wing (records, verdicts, estimates: k3scale/scaling/values/),
-# the report's text, the artifact's provenance and the run tables' schema, and the rule that
+# the report's text and answers, the artifact's provenance and the run tables' schema, and the rule that
 # groups cells into IsoFLOP levels (a rounding of C, not a fit), so a figure groups them as the
 # fit did. Constants (upper-case names) besides.
 READING_ONLY = (
     "k3scale.scaling.values",
     "k3scale.scaling.headline",
+    "k3scale.scaling.answers",
     "k3scale.scaling.artifact",
     "k3scale.scaling.inputs.tables",
     "k3scale.scaling.laws.isoflop.compute_level",
