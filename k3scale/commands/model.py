@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
+from pathlib import Path
+
+# FLOPs of a preset no study trains (the full-scale ones) are given at this sequence length.
+FULL_SCALE_SEQ_LEN = 4096
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def register(sub) -> None:
@@ -16,7 +22,10 @@ def register(sub) -> None:
     info = actions.add_parser("info", help="N_total, N_active, FLOPs per token, layout, breakdown")
     info.add_argument("preset", help="preset name, e.g. k3-t3 or kimi-k3 (see `model list`)")
     info.add_argument(
-        "--seq-len", type=int, default=4096, help="sequence length T for FLOPs (tokens)"
+        "--seq-len",
+        type=int,
+        help="sequence length T for FLOPs (tokens; default: the one the repository's studies "
+        f"train the preset at, else {FULL_SCALE_SEQ_LEN})",
     )
     info.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a model field"
@@ -71,7 +80,7 @@ def render_info(name: str, info: dict) -> str:
         f"{layers.count('M')} MLA)",
         f"N_total     {info['num_params_total']:,}",
         f"N_active    {info['num_params_active']:,}  (no input embedding, head included)",
-        f"FLOPs/token at T={info['seq_len']} (training):",
+        f"FLOPs/token at T={info['seq_len']} (training; {info.get('seq_len_source', 'given')}):",
         f"  6N                      {info['flops_per_token_6n']:,}",
         f"  with attention cores    {info['flops_per_token']:,}"
         + (f"  (KDA {info['kda_flops_convention']})" if "kda_flops_convention" in info else ""),
@@ -88,11 +97,35 @@ def render_info(name: str, info: dict) -> str:
     return "\n".join(lines)
 
 
+def training_seq_len(preset: str, experiments: Path = EXPERIMENTS) -> tuple[int, str]:
+    """(T, where it comes from): the sequence length the repository's study presets train
+    `preset` at (the most common one, if they differ), else FULL_SCALE_SEQ_LEN."""
+    from k3scale.sweep.declaration import load_study
+
+    found: Counter = Counter()
+    users: dict[int, list[str]] = {}
+    for path in sorted(experiments.glob("*.py")) if experiments.is_dir() else []:
+        if path.name.startswith("_"):
+            continue
+        study = load_study(path)
+        for name, p in study.presets.items():
+            if any(preset in ladder for ladder in p.sizes.values()):
+                found[p.seq_len] += 1
+                users.setdefault(p.seq_len, []).append(f"{study.name} {name}")
+    if not found:
+        return FULL_SCALE_SEQ_LEN, "no study here trains it"
+    seq_len = found.most_common(1)[0][0]
+    return seq_len, "as " + ", ".join(users[seq_len]) + " train it"
+
+
 def show_info(args) -> int:
     from k3scale.models.presets import get_preset
 
     cfg = get_preset(args.preset, args.set)
-    info = model_info(cfg, args.seq_len)
+    seq_len, source = (
+        (args.seq_len, "--seq-len") if args.seq_len is not None else training_seq_len(args.preset)
+    )
+    info = {**model_info(cfg, seq_len), "seq_len_source": source}
     print(
         json.dumps({"preset": args.preset, **info}) if args.json else render_info(args.preset, info)
     )

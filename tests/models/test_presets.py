@@ -141,3 +141,20 @@ def test_small_vocab_rungs_pair_k2_with_k3_within_15_percent():
     for k2, k3 in zip(small_ladder("k2"), small_ladder("k3"), strict=True):
         n2, n3 = (accounting.num_params_active(get_preset(n)) for n in (k2, k3))
         assert abs(n3 / n2 - 1) < 0.15
+
+
+def test_cli_model_info_gives_flops_at_the_length_the_studies_train_at(capsys):
+    import json
+
+    from k3scale.cli import main
+
+    assert main(["model", "info", "k3-s2", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    # The small-vocabulary rungs train at 256 tokens (sweeps/presets.py cpu_v2 and cpu_v3).
+    assert info["seq_len"] == 256 and "k2_vs_k3 cpu_v2" in info["seq_len_source"]
+    assert info["flops_per_token"] == accounting.flops_per_token(get_preset("k3-s2"), 256)
+    assert main(["model", "info", "kimi-k3", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["seq_len"] == 4096 and info["seq_len_source"] == "no study here trains it"
+    assert main(["model", "info", "k3-s2", "--seq-len", "128", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["seq_len_source"] == "--seq-len"
