@@ -4,6 +4,7 @@ A generated block sits between two comments; the first names its source:
 
     <!-- generated: k3scale study report ... --markdown -->   (a k3scale command's output)
     <!-- generated: calibration analysis/results/calibration/cpu.json -->   (a calibration JSON)
+    <!-- generated: calibration designs STUDY QUANTITY a.json b.json -->   (designs compared)
     <!-- generated: committed studies -->   (runs.parquet and study.json of each results folder)
     <!-- generated: batch check analysis/results/batch_check 7 -->   (its folders, batch 7 the reference)
     <!-- generated: bench train analysis/results/bench/train.json -->   (a `k3scale bench train --json`)
@@ -80,6 +81,12 @@ def render(source: str) -> str:
     """The Markdown a block's source makes now (paths relative to the repository root)."""
     if source == "committed studies":
         return committed_studies()
+    if source.startswith("calibration designs "):
+        from k3scale.bench.calibrate import designs_markdown
+
+        name, quantity, *files = source.removeprefix("calibration designs ").split()
+        results = [json.loads((ROOT / f).read_text()) for f in files]
+        return designs_markdown(results, name, quantity)
     if source.startswith("batch check "):
         from k3scale.scaling.batch_check import markdown
 

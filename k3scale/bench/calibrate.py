@@ -98,6 +98,23 @@ def design_from_study(name: str, preset: str) -> Design:
     )
 
 
+def planned_minutes(name: str, preset: str, seeds: int | None) -> float | None:
+    """The planner's wall-clock of `preset` (with `seeds` seeds where a what-if sets them) on
+    the machine its throughput model was fitted on, 2 trials at a time: the CPU cost designs
+    are compared at. None without a throughput model (no committed studies)."""
+    from k3scale.sweep import planner
+    from k3scale.sweep.declaration import load_study
+
+    study = load_study(ROOT / "experiments" / f"{name}.py")
+    p = study.preset(preset)
+    if seeds:
+        p = dataclasses.replace(p, seeds=tuple(p.seeds[0] + i for i in range(seeds)))
+    model = planner.measured_throughput()
+    if model is None:
+        return None
+    return planner.estimate_wall_s(study, p, model, model.peak_flops, slots=2) / 60
+
+
 # What-if grids space their LRs this factor apart (issue 20 asks for at most 1.6x).
 GRID_SPACING = 1.6
 
@@ -393,7 +410,10 @@ def run(
     result, layouts, noises = {}, {}, {}
     for name in (study,) if study else STUDIES:
         design = what_if(design_from_study(name, preset), lr_grid, seeds)
-        layouts[name] = describe(design)
+        layouts[name] = {
+            **describe(design),
+            "planned_min": None if lr_grid else planned_minutes(name, preset, seeds),
+        }
         measured = (
             measured_noise(_study_folder(seed_effects_from, name, preset))
             if seed_effects_from
@@ -456,14 +476,20 @@ def markdown(result: dict) -> str:
         )
         out += [
             "",
-            "| quantity | scenario | identified | coverage | bias | detects an effect | n |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| quantity | scenario | identified | coverage | bias | bias vs truth's k | "
+            "detects an effect | n |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for q in sorted({q for quantities in per.values() for q in quantities}):
             for scenario, quantities in per.items():
                 e = quantities[q]
-                cells = " | ".join(_columns(e, coverage_digits=2))
-                out.append(f"| {q} | {scenario} | {cells} | {e['n']} |")
+                ident, cov, bias, detect = _columns(e, coverage_digits=2)
+                design = e.get("bias_vs_design")
+                versus = "-" if design is None else f"{design:+.4f}"
+                out.append(
+                    f"| {q} | {scenario} | {ident} | {cov} | {bias} | {versus} | {detect} | "
+                    f"{e['n']} |"
+                )
         out.append("")
     what_if = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in result["what_if"].items() if v)
     out.append(
@@ -474,6 +500,35 @@ def markdown(result: dict) -> str:
         + f"; {result['wall_s'] / 60:.1f} min on {result['workers']} processes."
     )
     return "\n".join(out) + "\n"
+
+
+def designs_markdown(results: list[dict], name: str, quantity: str) -> str:
+    """One row per calibrated design of study `name`: its seeds, cells and planned CPU time,
+    and `quantity`'s power under each effect, false-positive rate and coverage under none (the
+    table a design is chosen from at a fixed CPU budget)."""
+    scenarios = [s for s in results[0]["scenarios"][name] if s != "no_effect"]
+    rows = [
+        "| design | seeds | cells | planned min (2 cores) | "
+        + " | ".join(f"detects: {s}" for s in scenarios)
+        + " | false positives (no effect) | coverage (no effect) |",
+        "| --- | ---: | ---: | ---: | "
+        + " | ".join("---:" for _ in scenarios)
+        + " | ---: | ---: |",
+    ]
+    for result in results:
+        layout, per = result["designs"][name], result["scenarios"][name]
+        what_if = ", ".join(f"{k} {v}" for k, v in result["what_if"].items() if v)
+        label = result["preset"] + (f" (what-if {what_if})" if what_if else "")
+        planned = layout.get("planned_min")
+        minutes = "-" if planned is None else f"{planned:.0f}"
+        null = per["no_effect"][quantity]
+        coverage = "-" if null["coverage"] is None else f"{null['coverage']:.2f}"
+        rows.append(
+            f"| {label} | {layout['seeds']} | {layout['cells']} | {minutes} | "
+            + " | ".join(f"{per[s][quantity]['detect_rate']:.2f}" for s in scenarios)
+            + f" | {null['detect_rate']:.2f} | {coverage} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def _noise_text(result: dict) -> str:

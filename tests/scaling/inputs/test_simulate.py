@@ -174,3 +174,22 @@ def test_calibration_simulates_the_noise_a_committed_study_measured(tmp_path):
     assert "rerun_new_seed" in out["scenarios"]["cosine_vs_wsd"]["no_effect"]
     with pytest.raises(K3ScaleError, match="no seed re-runs"):
         calibrate.measured_noise(calibrate.ROOT / "analysis/results/k2_vs_k3-demo")
+
+
+def test_designs_are_compared_at_their_planned_cpu_time():
+    """The design-choice table: one row per calibrated design, its planned minutes from the
+    planner's throughput model (more seeds, more minutes) and the quantity's rates."""
+    runs = [
+        calibrate.run(
+            quick=True, study="cosine_vs_wsd", preset="cpu_v3", studies=2, workers=1, draws=20,
+            seeds=seeds, noise=0.02,
+        )
+        for seeds in (2, 3)
+    ]  # fmt: skip
+    planned = [r["designs"]["cosine_vs_wsd"]["planned_min"] for r in runs]
+    assert 0 < planned[0] < planned[1]
+    table = calibrate.designs_markdown(runs, "cosine_vs_wsd", "pooled_diff").splitlines()
+    assert table[0].startswith("| design | seeds | cells | planned min")
+    assert "detects: report_direction" in table[0] and "false positives" in table[0]
+    assert table[2].startswith("| cpu_v3 (what-if seeds 2) | 2 | 12 |")
+    assert table[3].startswith(f"| cpu_v3 (what-if seeds 3) | 3 | 12 | {planned[1]:.0f} |")
