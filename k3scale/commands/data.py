@@ -62,6 +62,14 @@ def register(sub) -> None:
         help="BPE vocabulary size (default 8192; with --bin: largest token id + 1)",
     )
     prepare.add_argument(
+        "--for",
+        dest="for_study",
+        metavar="STUDY",
+        help="build the corpus build a study file's preset trains on (its name and vocabulary; "
+        "with --preset), e.g. experiments/k2_vs_k3.py",
+    )
+    prepare.add_argument("--preset", help="with --for: the study's preset (e.g. demo)")
+    prepare.add_argument(
         "--seed",
         metavar="N",
         type=int,
@@ -107,6 +115,8 @@ def run_prepare(args: argparse.Namespace) -> int:
             "prepare: --ood needs --text (english_mix uses Moby-Dick; --bin uses ood.bin)"
         )
     out = Path(args.out)
+    if args.for_study is not None or args.preset is not None:
+        _for_study(args)
     vocab = args.vocab_size if args.vocab_size is not None else DEFAULT_VOCAB_SIZE
     if vocab < 257 and args.bin is None:
         raise K3ScaleError(
@@ -139,6 +149,22 @@ def run_prepare(args: argparse.Namespace) -> int:
     print(f"{result.dataset.path}: {state} in {result.seconds:.1f} s")
     print(render_summary(result.dataset))
     return 0
+
+
+def _for_study(args: argparse.Namespace) -> None:
+    """Set --name and --vocab-size to what the study's preset trains on (its models' smallest
+    vocabulary), from the built-in corpus."""
+    from k3scale.errors import K3ScaleError
+    from k3scale.sweep.declaration import load_study
+    from k3scale.sweep.run import model_vocab
+
+    if args.for_study is None or args.preset is None:
+        raise K3ScaleError("prepare: --for and --preset go together")
+    given = [f for f in ("name", "vocab_size", "text", "bin") if getattr(args, f) is not None]
+    if given:
+        raise K3ScaleError(f"prepare: --for sets the dataset; drop --{given[0].replace('_', '-')}")
+    preset = load_study(args.for_study).preset(args.preset)
+    args.name, args.vocab_size = preset.dataset, model_vocab(preset)
 
 
 def run_info(args: argparse.Namespace) -> int:

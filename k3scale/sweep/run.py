@@ -94,7 +94,7 @@ def run_study(
     if folder.exists() and not folder.is_dir():
         raise K3ScaleError(f"--study-dir {folder} is a file, not a folder")
     data_root = str(Path(data_root).resolve())
-    fingerprint = _check_data(data_root, dataset, _model_vocab(preset))
+    fingerprint = _check_data(data_root, dataset, model_vocab(preset))
     tracking = TrackingService(folder, tracking_uri, log)
     _check_reachable(ray_address or os.environ.get("RAY_ADDRESS"))
     # Nothing is written before the inputs above are checked.
@@ -202,7 +202,7 @@ def overhead_summary(timings: list[dict[str, float]]) -> dict:
     }
 
 
-def _model_vocab(preset) -> int:
+def model_vocab(preset) -> int:
     """The smallest vocabulary of the preset's models: every token id must fit it."""
     from k3scale.models.presets import get_preset
 

@@ -9,6 +9,7 @@ import pytest
 
 from k3scale.cli import main
 
+STUDY = Path(__file__).resolve().parents[2] / "experiments" / "k2_vs_k3.py"
 PREPARE_OPTIONS = [
     "--out",
     "--name",
@@ -16,6 +17,8 @@ PREPARE_OPTIONS = [
     "--ood",
     "--bin",
     "--vocab-size",
+    "--for",
+    "--preset",
     "--seed",
     "--force",
 ]
@@ -108,3 +111,23 @@ def test_corrupted_shard_fails_verify(tmp_path: Path, capsys):
 def test_ood_without_text_is_rejected(tmp_path: Path, capsys):
     assert main(["data", "prepare", "--ood", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "--ood needs --text" in capsys.readouterr().err
+
+
+def test_prepare_for_a_study_takes_the_presets_build(tmp_path: Path, capsys):
+    """--for names the build a study's preset trains on; the build itself is english_mix's
+    (tests/data/test_prepare.py), so only the choice is checked here."""
+    import argparse
+
+    from k3scale.commands.data import _for_study
+
+    args = argparse.Namespace(
+        for_study=str(STUDY), preset="cpu_v3", name=None, vocab_size=None,
+        text=None, bin=None,
+    )  # fmt: skip
+    _for_study(args)
+    assert (args.name, args.vocab_size) == ("english_mix_v512", 512)
+    alone = ["data", "prepare", "--for", str(STUDY), "--out", str(tmp_path)]
+    assert main(alone) == 2
+    assert "--for and --preset go together" in capsys.readouterr().err
+    assert main([*alone, "--preset", "demo", "--vocab-size", "600"]) == 2
+    assert "--for sets the dataset; drop --vocab-size" in capsys.readouterr().err
