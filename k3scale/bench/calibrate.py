@@ -502,6 +502,34 @@ def markdown(result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+# The quantity each study's answer rests on (k3scale/scaling/answers.py).
+HEADLINE_QUANTITY = {"cosine_vs_wsd": "pooled_diff", "k2_vs_k3": "M_envelope_c_6n"}
+# What each scenario's effect is, in words.
+EFFECTS = {
+    "cosine_vs_wsd": {"report_direction": "cosine lower by 0.02 nats"},
+    "k2_vs_k3": {"report_direction": "K3 at 2.5x", "modest": "K3 at 1.5x"},
+}
+
+
+def power_line(result: dict, name: str) -> str | None:
+    """One line: how often the preset's design identifies its headline effect, and a false one
+    (None when the calibration did not run that study)."""
+    quantity = HEADLINE_QUANTITY[name]
+    per = result["scenarios"].get(name)
+    if per is None or quantity not in per.get("no_effect", {}):
+        return None
+    found = ", ".join(
+        f"{effect} in {per[scenario][quantity]['detect_rate']:.0%}"
+        for scenario, effect in EFFECTS[name].items()
+        if scenario in per
+    )
+    return (
+        f"design power ({quantity}, `bench calibrate --preset {result['preset']}`, "
+        f"{result['studies_per_scenario']} simulated studies): detects {found}; "
+        f"a false effect in {per['no_effect'][quantity]['detect_rate']:.0%}"
+    )
+
+
 def designs_markdown(results: list[dict], name: str, quantity: str) -> str:
     """One row per calibrated design of study `name`: its seeds, cells and planned CPU time,
     and `quantity`'s power under each effect, false-positive rate and coverage under none (the

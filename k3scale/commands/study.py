@@ -80,6 +80,12 @@ def register(sub) -> None:
         help="print only the report's numeric tables in Markdown (analysis/README.md embeds them)",
     )
     report.add_argument(
+        "--brief",
+        action="store_true",
+        help="print only the answer to each claim, the re-run check, the dashboard and the "
+        "browse line (the main job's last screen); nothing is logged",
+    )
+    report.add_argument(
         "--tracking-uri",
         help="MLflow server to log fit.json and the dashboard to (default: the study folder's)",
     )
@@ -395,7 +401,7 @@ def _report(args) -> int:
 
     from k3scale.ops.cpu.build import KernelPath
     from k3scale.scaling.answers import answer_lines, answers_markdown
-    from k3scale.scaling.headline import headline_lines, markdown_tables
+    from k3scale.scaling.headline import headline_lines, markdown_tables, rerun_text
     from k3scale.sweep.declaration import load_study
     from k3scale.sweep.run import STUDY_JSON
 
@@ -420,15 +426,35 @@ def _report(args) -> int:
         )
     if path := record.get("kernel_path"):
         print(f"kernel path: {KernelPath(**path).describe()}")
-    for line in answer_lines(doc):
+    for line in answer_lines(doc) or ["no claim this fit can answer (see the lines below)"]:
         print(f"ANSWER: {line}")
-    for line in headline_lines(doc):
-        print(line)
+    if power := _design_power(study.name, args.preset):
+        print(power)
+    if args.brief:
+        check = doc.get("results", {}).get("rerun_check")
+        print(rerun_text(check) if check else "re-runs: none in this fit")
+    else:
+        for line in headline_lines(doc):
+            print(line)
     if page.exists():
         print(f"dashboard: {page.resolve()}  (open it in a browser; works offline)")
+    if args.brief:
+        if (folder / "mlflow").exists():
+            print(f"browse runs: k3scale ui --study-dir {folder}")
+        return 0
     _log_summary(folder, study.name, args.preset, args.tracking_uri)
     print(f"browse runs: k3scale ui --study-dir {folder}")
     return 0
+
+
+def _design_power(study_name: str, preset: str) -> str | None:
+    """The preset's power line from its committed calibration, if there is one."""
+    import json
+
+    from k3scale.bench.calibrate import ROOT, power_line
+
+    path = ROOT / "analysis" / "results" / "calibration" / f"{preset}.json"
+    return power_line(json.loads(path.read_text()), study_name) if path.exists() else None
 
 
 def _log_summary(folder, study_name: str, preset: str, tracking_uri: str | None) -> None:

@@ -66,3 +66,19 @@ def test_the_committed_arms_study_answers_with_the_mid_overlap_multiplier_and_it
     assert f"= {rate.value:+.3f} [{rate.interval[0]:+.3f}, {rate.interval[1]:+.3f}]" in lines[1]
     # A skipped route (the surface on two ratios per size) gives no sentence.
     assert not any("surface route" in line for line in lines)
+
+
+def test_the_brief_report_is_the_answers_and_the_rerun_check(capsys):
+    from k3scale.cli import main
+
+    folder = RESULTS / "cosine_vs_wsd-cpu_v2"
+    study = RESULTS.parents[1] / "experiments" / "cosine_vs_wsd.py"
+    args = ["study", "report", str(study), "--preset", "cpu_v2", "--study-dir", str(folder)]
+    assert main([*args, "--brief"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    doc = json.loads((folder / "fit.json").read_text())
+    assert [line.removeprefix("ANSWER: ") for line in lines if line.startswith("ANSWER: ")] == (
+        answer_lines(doc)
+    )
+    assert lines[-1].startswith("re-runs held by their new-seed 95% predictive intervals")
+    assert not any("MLflow" in line or line.startswith("compute multiplier") for line in lines)
