@@ -97,7 +97,9 @@ FROZEN = {
     "--studies-root -h <study>",
     "k3scale data": "--help -h",
     "k3scale data info": "--help --json --root -h <dataset>",
-    "k3scale data prepare": "--bin --force --help --name --ood --out --seed --text --vocab-size -h",
+    "k3scale data prepare": (
+        "--bin --for --force --help --name --ood --out --preset --seed --text --vocab-size -h"
+    ),
     "k3scale data verify": "--help --root -h <dataset>",
     "k3scale export": "--experiment --help --out --replicas --tracking-uri -h",
     "k3scale fit": "--at --baseline --bootstrap --check --compute-col --d-col --exclude-col --experiment "
@@ -108,7 +110,9 @@ FROZEN = {
     "k3scale model list": "--help --json -h",
     "k3scale study": "--help -h",
     "k3scale study plan": "--data-root --dataset --help --measure --preset --study-dir -h <study>",
-    "k3scale study report": "--help --markdown --preset --study-dir --tracking-uri -h <study>",
+    "k3scale study report": (
+        "--brief --help --markdown --preset --study-dir --tracking-uri -h <study>"
+    ),
     "k3scale study run": "--allow-code-change --data-root --dataset --help --preset --ray-address "
     "--storage --study-dir --tracking-uri -h <study>",
     "k3scale study status": "--help --preset --storage --study-dir -h <study>",
