@@ -426,7 +426,7 @@ def _report(args) -> int:
         )
     if path := record.get("kernel_path"):
         print(f"kernel path: {KernelPath(**path).describe()}")
-    for line in answer_lines(doc) or ["no claim this fit can answer (see the lines below)"]:
+    for line in answer_lines(doc) or ["no comparison in this fit"]:
         print(f"ANSWER: {line}")
     if power := _design_power(study.name, args.preset):
         print(power)

@@ -35,8 +35,10 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             for other, p in sorted(schedules.pooled.items())
         ]
     comparison = read_comparisons(results).get(ANSWER_COMPUTE)
-    if comparison is None or comparison.skipped:
+    if comparison is None:
         return []
+    if comparison.skipped:
+        return [f"compute multiplier (6ND): not identified ({comparison.skipped})"]
     return [line for new in comparison.others for line in multiplier_answers(comparison, new)]
 
 
@@ -77,13 +79,15 @@ def difference_answer(p: PooledDifference, ref: str, other: str) -> str:
 
 
 def multiplier_answers(comparison: Comparison, new: str) -> list[str]:
-    """Per route that has M(C): the middle of the overlap, the range, and the rate."""
+    """Per route: the middle of the overlap, the range and the rate where it has M(C), else why
+    not."""
     out = []
     for route_name, route in sorted(comparison.routes.items()):
+        where = f"{new} over {comparison.baseline}, {route_name} route (6ND)"
         values = route.multiplier.get(new)
         if route.skipped or not values:
+            out.append(f"{where}: not identified ({route.skipped or 'no M(C)'}).")
             continue
-        where = f"{new} over {comparison.baseline}, {route_name} route (6ND)"
         middle = len(values) // 2
         at = comparison.compute[middle]
         line = f"{where}, at C = {at:.3g} FLOPs (mid-overlap): M = {_ratio_says(values[middle])}"

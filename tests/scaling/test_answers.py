@@ -64,8 +64,9 @@ def test_the_committed_arms_study_answers_with_the_mid_overlap_multiplier_and_it
     assert f"M = {middle.value:.3g} [{lo:.3g}, {hi:.3g}]" in lines[0]
     rate = route.rate["k3"]
     assert f"= {rate.value:+.3f} [{rate.interval[0]:+.3f}, {rate.interval[1]:+.3f}]" in lines[1]
-    # A skipped route (the surface on two ratios per size) gives no sentence.
-    assert not any("surface route" in line for line in lines)
+    # A skipped route (the surface on two ratios per size) says why it answers nothing.
+    (surface,) = [line for line in lines if "surface route" in line]
+    assert "not identified (" in surface and "2 token budgets at a size" in surface
 
 
 def test_the_brief_report_is_the_answers_and_the_rerun_check(capsys):
