@@ -46,6 +46,9 @@ TAG_STUDY_SUMMARY = "k3scale.study_summary"
 # children under it), an experiment's or run's description, and a dataset input's role.
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_NOTE = "mlflow.note.content"
+# The MLflow UI (3.x) opens an experiment as model training, not GenAI traces, with this tag.
+MLFLOW_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
 MLFLOW_DATASET_CONTEXT = "mlflow.data.context"
 
 STATUS_FINISHED = "finished"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3scale.errors import K3ScaleError
+from k3scale.track import schema
 from k3scale.track.schema import MLFLOW_DATASET_CONTEXT, STATUS_FAILED
 
 # mlflow/utils/validation.py (mlflow 3.17.2): MAX_PARAMS_TAGS_PER_BATCH, MAX_METRICS_PER_BATCH,
@@ -257,10 +258,11 @@ def experiment_id_for(client, name: str) -> str:
     """Id of experiment `name`, created if missing (safe when several processes race)."""
     from mlflow.exceptions import MlflowException
 
+    kind = {schema.MLFLOW_EXPERIMENT_KIND: schema.EXPERIMENT_KIND_TRAINING}
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
-            return client.create_experiment(name)
+            return client.create_experiment(name, tags=kind)
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
@@ -270,4 +272,8 @@ def experiment_id_for(client, name: str) -> str:
             f"MLflow experiment {name!r} is deleted: restore it in the MLflow UI or use "
             "another experiment name"
         )
+    if schema.MLFLOW_EXPERIMENT_KIND not in experiment.tags:
+        # Made before the tag (or by another tool): the UI would open it as GenAI traces.
+        for key, value in kind.items():
+            client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id
