@@ -1,7 +1,8 @@
 """Which ladder rungs each preset uses (rung names from k3scale.models.presets)."""
 
 SMOKE = ("t0",)
-DEMO = ("t1", "t2", "t3")
+DEMO = ("s1",)
+"""The main job's live studies: the smallest small-vocabulary rung (issue 36)."""
 CPU = ("t2", "t3", "t4")
 CPU_SCHEDULES = ("t1", "t2", "t3")
 """cosine vs WSD spends its CPU hours on more trials per cell rather than a larger top rung."""

@@ -26,17 +26,40 @@ def smoke(sizes: dict[str, tuple[str, ...]], budgets: tuple[int, ...] = (16_384,
     )
 
 
-def demo(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
-    """The README's main job on one 2-core machine: 3 sizes x 2 budgets, 3 trials per cell."""
+def demo(
+    sizes: dict[str, tuple[str, ...]], size_centers: dict[str, float] | None = None
+) -> StudyPreset:
+    """The README's main job on one 2-core machine (issue 36): the reference design in small, so
+    the live studies locate their optima and compare something with a real interval.
+
+    The small-vocabulary build and the smallest rung per arch (`ladders.DEMO`), 5 tokens per
+    active parameter (about 80 steps of 7 x 256 tokens), a 4-point LR grid 1.6x apart extended
+    until each cell's best is interior, warmup 10%, and 2 seeds at each cell's best point, so a
+    comparison between arms is paired. `size_centers`: each rung's grid centre (the v2 pilot's
+    optima; a grid that brackets them spends no extension).
+    """
+    grid = LRGrid(
+        center=1.5e-2,
+        points=4,
+        ratio=1.6,
+        max_extensions=2,
+        batch_size=7,
+        size_centers=size_centers or {},
+    )
     return StudyPreset(
         sizes=sizes,
-        budgets=(24_576, 49_152),
-        search=spaces.DEMO,
-        trials_per_cell=3,
-        seq_len=64,
+        budgets=(1,),  # unused: budgets_per_param sets each size's budget
+        budgets_per_param=(5.0,),
+        search=spaces.SMALL_CPU,
+        trials_per_cell=grid.points,
+        lr_grid=grid,
+        seeds=(0, 1),
+        dataset="english_mix_v512",
+        seq_len=256,
         eval_tokens=8_192,
-        eval_points=2,
-        micro_batch_size=16,
+        eval_points=1,
+        micro_batch_size=7,
+        warmup_fraction=0.1,
     )
 
 

@@ -8,9 +8,6 @@ absolute floor) sits more than 10x below `lr_low` (methods.md 1.4).
 
 from k3scale.sweep.declaration import SearchSpace
 
-DEMO = SearchSpace(lr_low=3e-3, lr_high=6e-2, batch_sizes=(4, 8, 16))
-"""The README's main job: 64-token sequences, budgets of 2-5 x 10^4 tokens."""
-
 TINY_CPU = SearchSpace(lr_low=2e-3, lr_high=6e-2, batch_sizes=(8, 16, 32))
 """Models of 10^4-10^6 non-embedding parameters trained on 10^5-10^6 tokens."""
 
