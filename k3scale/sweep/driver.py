@@ -123,13 +123,17 @@ class Driver:
         self.log = log
         self.cells = plan_cells(ctx.study, ctx.preset)
         seed, sampled = ctx.preset.seeds[0], ctx.preset.lr_grid is None
+        objective = f"final_{ctx.study.objective}"
         # Ledgers: the driver is the only writer, so reads between its writes come from memory.
         self.tuning = {
-            c.key: StudyLedger(sources.open_cell_study(ctx.storage, c, seed, sampled), log)
+            c.key: StudyLedger(
+                sources.open_cell_study(ctx.storage, c, seed, sampled, metric=objective), log
+            )
             for c in self.cells
         }
         self.extra = {
-            c.key: StudyLedger(sources.open_extra_study(ctx.storage, c), log) for c in self.cells
+            c.key: StudyLedger(sources.open_extra_study(ctx.storage, c, metric=objective), log)
+            for c in self.cells
         }
         self.jobs: list[_Job] = []
         self.counters = _Counters()

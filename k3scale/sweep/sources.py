@@ -9,6 +9,7 @@ studies hold fixed, enqueued runs (each cell's best point re-run with more seeds
 from __future__ import annotations
 
 import functools
+import warnings
 import zlib
 
 import optuna
@@ -61,8 +62,21 @@ def open_storage(url: str | None) -> optuna.storages.RDBStorage | None:
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
-def open_cell_study(storage: str, cell: Cell, seed: int, sampled: bool = True) -> optuna.Study:
-    """The cell's tuning study (created once; seeded TPE, multivariate, constant liar).
+def _named(study: optuna.Study, metric: str) -> optuna.Study:
+    """`study` with its objective named (optuna-dashboard shows "Objective 0" otherwise)."""
+    if study.metric_names is None:
+        with warnings.catch_warnings():
+            # set_metric_names is marked experimental in Optuna 5; its stored form is stable.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([metric])
+    return study
+
+
+def open_cell_study(
+    storage: str, cell: Cell, seed: int, sampled: bool = True, metric: str = "objective"
+) -> optuna.Study:
+    """The cell's tuning study (created once; seeded TPE, multivariate, constant liar), its
+    objective named `metric`.
 
     The sampler's seed also depends on how many trials the study already holds: a restarted
     driver's fresh sampler would otherwise replay the first driver's random start-up points.
@@ -75,6 +89,7 @@ def open_cell_study(storage: str, cell: Cell, seed: int, sampled: bool = True) -
         direction="minimize",
         load_if_exists=True,
     )
+    _named(study, metric)
     if not sampled:
         study.sampler = optuna.samplers.RandomSampler(seed=seed)
         return study
@@ -88,14 +103,15 @@ def open_cell_study(storage: str, cell: Cell, seed: int, sampled: bool = True) -
     return study
 
 
-def open_extra_study(storage: str, cell: Cell) -> optuna.Study:
-    """The cell's study of fixed extra runs (seeds, shared arm)."""
-    return optuna.create_study(
+def open_extra_study(storage: str, cell: Cell, metric: str = "objective") -> optuna.Study:
+    """The cell's study of fixed extra runs (seeds, shared arm), its objective named `metric`."""
+    study = optuna.create_study(
         storage=open_storage(storage),
         study_name=f"{cell.key}|extra",
         direction="minimize",
         load_if_exists=True,
     )
+    return _named(study, metric)
 
 
 def count(study: optuna.Study, *states: TrialState) -> int:

@@ -39,3 +39,17 @@ def test_status_groups_each_arms_cells_and_names_the_best_trials_lr(tmp_path):
     schedules = [key.rsplit("|", 1)[1] for key in listed]
     # Every cosine cell before every WSD cell, not alternating.
     assert schedules == sorted(schedules) and len(listed) == len(cells)
+
+
+def test_a_cells_studies_name_their_objective(tmp_path):
+    from k3scale.sweep import sources
+
+    study = load_study(ROOT / "experiments" / "k2_vs_k3.py")
+    cell = plan_cells(study, study.preset("cpu_v3"))[0]
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    metric = f"final_{study.objective}"
+    tuning = sources.open_cell_study(storage, cell, seed=3, sampled=False, metric=metric)
+    extra = sources.open_extra_study(storage, cell, metric=metric)
+    assert tuning.metric_names == ["final_val_ood_loss"] and extra.metric_names == [metric]
+    again = optuna.load_study(study_name=cell.key, storage=storage)
+    assert again.metric_names == [metric]
