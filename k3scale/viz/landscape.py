@@ -14,9 +14,10 @@ from k3scale.viz import theme
 from k3scale.viz.panel import Panel
 from k3scale.viz.summaries import TUNED, best_trials, cell_label, require_columns
 
-# Colour scale tops out at this loss gap (nats/token): enough to separate good from bad trials
-# at the small scales k3scale runs (typical LR-sweep spreads are a few tenths of a nat).
+# The colour scale tops out at the 95th percentile of the trials' gaps to their cell's best, at
+# most this (nats/token): a fixed top darkened every dot of a study whose spreads are hundredths.
 MAX_GAP = 0.3
+MIN_GAP = 1e-3
 # Red is on no part of Viridis, so the optimum never reads as a good or bad trial; the edge
 # flag is the open symbol, not a second colour.
 OPTIMUM_COLOUR = "#e31a1c"
@@ -93,12 +94,23 @@ def lr_batch_landscape_panel(
     optima = best_trials(group, metric)
     if optima.is_empty():
         raise K3ScaleError(f"dashboard: no finished tuned runs for {arch} {schedule}")
+    batches = sorted(group["batch_size"].unique().to_list())
+    if len(batches) < 2:
+        raise K3ScaleError(
+            f"dashboard: no LR x batch landscape of {arch} {schedule}: one batch size "
+            f"({batches[0]}) was tried, so loss against LR is the LR-sweep panel's"
+        )
     sizes = optima.sort("n_active")["size"].unique(maintain_order=True).to_list()
-    budgets = sorted(optima["budget_tokens"].unique().to_list())
-    titles = [cell_label(s, b) for s in sizes for b in budgets]
+    # Columns are each size's budgets in order (tokens-per-parameter designs give every size
+    # its own budgets: keyed on absolute tokens, most panels would be empty).
+    column = _budget_columns(optima)
+    cols = max(column.values()) + 1
+    titles = [""] * (len(sizes) * cols)
+    for (size, budget), k in column.items():
+        titles[sizes.index(size) * cols + k] = cell_label(size, budget)
     fig = make_subplots(
         rows=len(sizes),
-        cols=len(budgets),
+        cols=cols,
         subplot_titles=titles,
         shared_xaxes="all",
         shared_yaxes="all",
@@ -108,7 +120,7 @@ def lr_batch_landscape_panel(
     in_legend: set[str] = set()
     for opt in optima.iter_rows(named=True):
         row = sizes.index(opt["size"]) + 1
-        col = budgets.index(opt["budget_tokens"]) + 1
+        col = column[(opt["size"], opt["budget_tokens"])] + 1
         for trace in _cell_traces(group.filter(pl.col("cell") == opt["cell"]), opt, metric):
             # One legend entry per kind, from the first cell that has points of that kind.
             trace.showlegend = (
@@ -120,7 +132,7 @@ def lr_batch_landscape_panel(
                 in_legend.add(trace.legendgroup)
             fig.add_trace(trace, row=row, col=col)
     fig.add_trace(_legend_proxy())
-    batches = sorted(group["batch_size"].unique().to_list())
+    top = _colour_top(group, optima, metric)
     fig.update_xaxes(type="log", range=_log_range(group["lr"]))
     fig.update_xaxes(title_text=theme.LR_TITLE, row=len(sizes))
     fig.update_yaxes(type="log", range=_log_range(group["batch_size"]), tickvals=batches)
@@ -129,7 +141,7 @@ def lr_batch_landscape_panel(
         coloraxis={
             "colorscale": "Viridis",
             "cmin": 0.0,
-            "cmax": MAX_GAP,
+            "cmax": top,
             "colorbar": {"title": {"text": f"loss − cell best<br>({theme.LOSS_UNIT})"}},
         },
         legend={"orientation": "h", "y": -0.12},
@@ -142,11 +154,33 @@ def lr_batch_landscape_panel(
     spread = _median_spread(group, metric)
     caption = (
         f"Tuned trials of {arch} {schedule} per cell in (peak LR, batch), coloured by loss above "
-        f"the cell's best (star); {edges.height} of {optima.height} optima sit at the edge of the "
-        f"values tried ({lr_edges} in LR), median best-to-worst spread {spread:.3f} "
-        f"{theme.LOSS_UNIT}."
+        f"the cell's best (star; the colour scale tops out at {top:.3f}, the 95th percentile of "
+        f"the gaps); {edges.height} of {optima.height} optima sit at the edge of the values tried "
+        f"({lr_edges} in LR), median best-to-worst spread {spread:.3f} {theme.LOSS_UNIT}."
     )
     return Panel(key=f"landscape-{arch}-{schedule}", figure=fig, caption=caption)
+
+
+def _budget_columns(optima: pl.DataFrame) -> dict[tuple[str, int], int]:
+    """(size, budget) -> its column: the budget's rank among its size's budgets."""
+    out = {}
+    for (size,), part in optima.group_by("size"):
+        for k, budget in enumerate(sorted(part["budget_tokens"].unique().to_list())):
+            out[(size, budget)] = k
+    return out
+
+
+def _colour_top(group: pl.DataFrame, optima: pl.DataFrame, metric: str) -> float:
+    """The top of the colour scale: the 95th percentile of finished trials' gaps to their
+    cell's best, within [MIN_GAP, MAX_GAP]."""
+    best = optima.select("cell", pl.col("loss").alias("best"))
+    gaps = (
+        group.filter((pl.col("status") == "finished") & pl.col(metric).is_not_null())
+        .join(best, on="cell")
+        .select((pl.col(metric) - pl.col("best")).alias("gap"))["gap"]
+    )
+    top = gaps.quantile(0.95) if len(gaps) else MAX_GAP
+    return float(min(MAX_GAP, max(MIN_GAP, top)))
 
 
 def _legend_proxy() -> go.Scatter:

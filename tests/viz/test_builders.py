@@ -150,6 +150,57 @@ def test_landscape_marks_optimum_and_edge_optima(runs):
     assert panel.figure.layout.xaxis.type == "log"
 
 
+def _landscape_runs(budgets: dict[str, tuple[int, ...]], batches: tuple[int, ...]) -> pl.DataFrame:
+    """Tuned trials of one (arch, schedule): each size at its own budgets, 3 LRs per batch."""
+    rows = []
+    for size, sizes_budgets in budgets.items():
+        for budget in sizes_budgets:
+            for lr in (1e-3, 3e-3, 1e-2):
+                for batch in batches:
+                    gap = 0.02 * abs(math.log(lr / 3e-3)) + 0.001 * batch
+                    rows.append(
+                        {
+                            "run_id": f"{size}-{budget}-{lr}-{batch}",
+                            "status": "finished",
+                            "arm": "tuned",
+                            "cell": f"{size}|D{budget}|wsd",
+                            "arch": "k3",
+                            "schedule": "wsd",
+                            "size": size,
+                            "budget_tokens": budget,
+                            "n_active": 10 if size == "k3-s1" else 20,
+                            "tokens": budget,
+                            "batch_tokens": batch * 256,
+                            "c_6n": 60.0 * budget,
+                            "c_attn": 70.0 * budget,
+                            "lr": lr,
+                            "batch_size": batch,
+                            METRIC: 4.0 + gap,
+                        }
+                    )
+    return pl.DataFrame(rows)
+
+
+def test_landscape_columns_follow_each_sizes_budgets_and_the_colours_its_gaps():
+    """Tokens-per-parameter designs give each size its own budgets: one column per budget rank,
+    not per distinct budget (issue 37: 12 of 18 panels were empty)."""
+    runs = _landscape_runs({"k3-s1": (100, 200), "k3-s2": (300, 600)}, batches=(4, 8))
+    panel = landscape.lr_batch_landscape_panel(runs, "k3", "wsd", METRIC)
+    titles = [a.text for a in panel.figure.layout.annotations]
+    assert len(titles) == 4 and all(titles)  # 2 sizes x 2 budgets, no empty panel
+    best = runs.group_by("cell").agg(pl.col(METRIC).min().alias("best"))
+    gaps = runs.join(best, on="cell").select(pl.col(METRIC) - pl.col("best"))[METRIC]
+    top = panel.figure.layout.coloraxis.cmax
+    assert top == pytest.approx(gaps.quantile(0.95)) and top < landscape.MAX_GAP
+    assert f"tops out at {top:.3f}" in panel.caption
+
+
+def test_landscape_of_one_batch_size_defers_to_the_lr_sweep():
+    runs = _landscape_runs({"k3-s1": (100,)}, batches=(7,))
+    with pytest.raises(K3ScaleError, match=r"one batch size \(7\) was tried"):
+        landscape.lr_batch_landscape_panel(runs, "k3", "wsd", METRIC)
+
+
 def test_cell_optima_flags_edges_on_a_hand_made_cell():
     base = {
         "status": "finished",
