@@ -105,6 +105,7 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
     from k3scale.scaling.inputs.tables import load_tables
     from k3scale.viz.dashboard import DashboardInputs, build_panels, load_layout
     from k3scale.viz.page import render_page
+    from k3scale.viz.summaries import tuned_text
 
     runs, curves = load_tables(tables)
     if runs.is_empty():
@@ -116,7 +117,7 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
     inputs = DashboardInputs(runs=placed, curves=curves, fits=fits, metric=metric)
     page = build_panels(chosen, inputs)
     provenance = _provenance(runs, tables, study, fit_note)
-    title = f"{chosen.title} — {study}"
+    title = f"{chosen.title.format(tuned=tuned_text(runs))} — {study}"
     notes = [*unplaced_note, *page.skipped, *fits.notes]
     html = render_page(
         title, provenance, page.panels, notes, inline_js=js == "inline", headline=fits.headline

@@ -156,3 +156,13 @@ def cell_label(size: str, budget_tokens: int) -> str:
     """'k3-t2, D=2.6e5' for axes and legends."""
     mantissa, exponent = f"{budget_tokens:.1e}".split("e")
     return f"{size}, D={mantissa}e{int(exponent)}"
+
+
+def tuned_text(runs: pl.DataFrame) -> str:
+    """What the tuning trials searched: 'peak LR and batch', or 'peak LR (batch fixed at B
+    sequences)' where they all ran one batch size (an LR grid)."""
+    tuned = runs.filter(pl.col("arm") == TUNED) if "arm" in runs.columns else runs
+    batches = sorted(tuned["batch_size"].unique().to_list())
+    if len(batches) == 1:
+        return f"peak LR (batch fixed at {batches[0]} sequences)"
+    return "peak LR and batch"

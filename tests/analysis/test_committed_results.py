@@ -8,6 +8,7 @@ import re
 from html import escape as html_escape
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from k3scale.cli import main
@@ -56,3 +57,8 @@ def test_dashboard_renders_offline_from_the_committed_tables(folder, tmp_path):
     # The headline numbers and their verdicts head the page, as the CLI report prints them.
     for line in headline_lines(json.loads((folder / "fit.json").read_text())):
         assert html_escape(line.strip()) in html
+    # The title says what was tuned: batch too only where the trials searched it (issue 37).
+    title = re.search(r"<title>(.*?)</title>", html).group(1)
+    batches = pl.read_parquet(folder / "runs.parquet").filter(pl.col("arm") == "tuned")
+    searched = batches["batch_size"].n_unique() > 1
+    assert ("peak LR and batch" in title) == (searched and analysis == "cosine_vs_wsd"), title
