@@ -26,7 +26,8 @@ STUDY = Study(
     archs=("k3",),
     schedules=("cosine", "wsd"),
     shared_arm=True,
-    description="cosine vs WSD at per-schedule tuned (peak LR, batch), fixed lr_min",
+    description="cosine vs WSD at per-schedule tuned peak LR (and batch where a preset searches "
+    "it), fixed lr_min",
     analysis="cosine_vs_wsd",
     dashboard="cosine_vs_wsd",
     presets={

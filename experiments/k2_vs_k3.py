@@ -50,7 +50,7 @@ STUDY = Study(
     archs=("k2", "k3"),
     schedules=("cosine",),
     description="K3-style over K2-style compute multiplier, each arch tuned per cell (cosine; "
-    "cpu_v2 on WSD trunks)",
+    "cpu_v2 and cpu_v3 on WSD trunks)",
     analysis="k2_vs_k3",
     dashboard="k2_vs_k3",
     presets={
