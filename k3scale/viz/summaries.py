@@ -162,7 +162,8 @@ def tuned_text(runs: pl.DataFrame) -> str:
     """What the tuning trials searched: 'peak LR and batch', or 'peak LR (batch fixed at B
     sequences)' where they all ran one batch size (an LR grid)."""
     tuned = runs.filter(pl.col("arm") == TUNED) if "arm" in runs.columns else runs
-    batches = sorted(tuned["batch_size"].unique().to_list())
+    # A failed attempt may carry no params (tests/viz/test_command.py).
+    batches = sorted(tuned["batch_size"].drop_nulls().unique().to_list())
     if len(batches) == 1:
         return f"peak LR (batch fixed at {batches[0]} sequences)"
     return "peak LR and batch"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import polars as pl
@@ -172,8 +173,12 @@ def test_calibration_simulates_the_noise_a_committed_study_measured(tmp_path):
     assert noise["noise_sd"] == measured.noise_sd
     assert noise["seed_effects"]["seed_sd"] == measured.seeds["seed_sd"]
     assert "rerun_new_seed" in out["scenarios"]["cosine_vs_wsd"]["no_effect"]
+    # A study without re-runs (the v1 cpu tables less their seed arm) measures no seed effects.
+    runs = pl.read_parquet(calibrate.ROOT / "analysis/results/k2_vs_k3-cpu/runs.parquet")
+    runs.filter(pl.col("arm") != "seed").write_parquet(tmp_path / "runs.parquet")
+    shutil.copy(calibrate.ROOT / "analysis/results/k2_vs_k3-cpu/curves.parquet", tmp_path)
     with pytest.raises(K3ScaleError, match="no seed re-runs"):
-        calibrate.measured_noise(calibrate.ROOT / "analysis/results/k2_vs_k3-demo")
+        calibrate.measured_noise(tmp_path)
 
 
 def test_designs_are_compared_at_their_planned_cpu_time():
