@@ -65,7 +65,7 @@ def _curve_traces(arm: str, route: str, frontier: ArmFrontier) -> list[go.Scatte
     colour = theme.arm_colour(arm)
     name = f"{arm} L*(C), {route} route"
     curve = frontier.curve
-    # The envelope is model-free (nothing to identify); a surface curve is as its surface.
+    # The envelope law has no verdict of its own (drawn with its band); a surface as its surface.
     if frontier.surface is None or frontier.surface.verdict.identified:
         traces = band_traces(curve.compute, curve.lo, curve.hi, colour, name)
         line = {"color": colour, "width": 2.5, "dash": theme.ROUTE_DASH.get(route, "solid")}

@@ -73,6 +73,54 @@ def multiplier(
     return out
 
 
+# The frontier law's exponents tried by `fit_frontier_grid`: 0.005-3 in 1% steps, far wider than
+# the exponents seen in practice (about 0.05-0.5) so that the data, not the grid, bound them.
+FRONTIER_EXPONENTS = np.geomspace(0.005, 3.0, 640)
+
+
+def fit_frontier_grid(log_c: np.ndarray, losses: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Least-squares L(C) = E + K C^-alpha through each row's kept points: [S, 3] (E, K', alpha)
+    with K' the coefficient at the data's geometric-mean compute, NaN for rows with < 3 points.
+
+    The envelope route's curve through its Pareto points, every draw at once (methods.md 2.1,
+    fit (b)): for a fixed alpha the law is linear in (E, K'), solved in closed form for every
+    row and every alpha of FRONTIER_EXPONENTS; alphas that would make the law rise with compute
+    are dropped and the least residual wins. Any Chinchilla surface's compute-optimal frontier
+    under C = 6ND is exactly this law, so unlike straight chords between the points it does not
+    zigzag around the frontier between them. Use `predict_frontier_grid` to read it.
+
+    log_c: [P] log compute of the points; losses: [S, P]; keep: [S, P] the points each row uses.
+    """
+    t = log_c - log_c.mean()
+    z = np.exp(-FRONTIER_EXPONENTS[:, None] * t[None])  # [A, P]
+    w = keep.astype(float)
+    y = np.where(keep, losses, 0.0)
+    y_mean = y.sum(axis=1) / np.maximum(w.sum(axis=1), 1)
+    y = np.where(keep, y - y_mean[:, None], 0.0)  # centred: the sums below stay well scaled
+    n = w.sum(axis=1)[:, None]
+    s_z, s_zz, s_zy = w @ z.T, w @ (z * z).T, y @ z.T  # [S, A]
+    s_y, s_yy = y.sum(axis=1)[:, None], (y * y).sum(axis=1)[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = (n * s_zy - s_z * s_y) / (n * s_zz - s_z * s_z)
+        e = (s_y - k * s_z) / n
+    rss = np.where(k > 0, s_yy - e * s_y - k * s_zy, np.inf)
+    best = np.argmin(np.where(np.isfinite(rss), rss, np.inf), axis=1)
+    rows = np.arange(len(best))
+    out = np.column_stack([e[rows, best] + y_mean, k[rows, best], FRONTIER_EXPONENTS[best]])
+    out[(n[:, 0] < 3) | ~np.isfinite(rss[rows, best])] = np.nan
+    return out
+
+
+def predict_frontier_grid(
+    params: np.ndarray, log_c: np.ndarray, at_log_c: np.ndarray
+) -> np.ndarray:
+    """[S, m] L(C) at log compute `at_log_c` [m] from `fit_frontier_grid`'s [S, 3] on points at
+    `log_c` (whose mean is the law's reference compute)."""
+    t = at_log_c - log_c.mean()
+    e, k, alpha = (params[:, i : i + 1] for i in range(3))
+    return e + k * np.exp(-alpha * t[None])
+
+
 def frontier_starts(min_loss: float) -> np.ndarray:
     """Grid of starts [45, 3] in layout [a, alpha, e] (a at C = C_ref), scaled by the data.
 

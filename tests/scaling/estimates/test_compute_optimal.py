@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from k3scale.scaling.estimates import compute_optimal as co
-from k3scale.scaling.laws.frontier import multiplier
+from k3scale.scaling.laws.frontier import FRONTIER_EXPONENTS, multiplier
 from k3scale.scaling.laws.surface import fit_surface_grid
 
 TRUE = np.array([2.0, 400.0, 0.35, 900.0, 0.3])  # E, A, alpha, B, beta (exponents on the grid)
@@ -53,8 +53,8 @@ def test_both_routes_find_a_known_multiplier_from_noise_free_optima():
     surface = result["routes"]["surface"]["multiplier"]["k3"][middle]
     envelope = result["routes"]["envelope"]["multiplier"]["k3"][middle]
     assert surface["value"] == pytest.approx(2.5, rel=0.02)
-    # The envelope joins grid cells linearly in log C: close, not exact, at this spacing.
-    assert envelope["value"] == pytest.approx(2.5, rel=0.15)
+    # The envelope's law runs through the grid's Pareto cells, a little off the true frontier.
+    assert envelope["value"] == pytest.approx(2.5, rel=0.03)
     assert surface["verdict"] == "identified"
     assert result["agreement"]["k3"][middle]["status"].startswith(("agree", "disagree"))
 
@@ -95,16 +95,38 @@ def test_a_multiplier_read_past_the_baselines_range_is_undefined():
 
 
 def test_the_envelope_keeps_only_compute_optimal_points():
+    alpha = FRONTIER_EXPONENTS[300]  # on the grid, so the fit is exact
+    compute = np.array([1.0, 2.0, 4.0, 8.0])
+    law = 2.0 + 3.0 * compute**-alpha
+    loss = law.copy()
+    loss[1] = loss[0] + 0.5  # beaten by a cheaper cell: off the frontier
+    a = co.ArmOptima(
+        name="a", n=np.ones(4), d=np.ones(4), compute=compute, loss=loss, draws=np.zeros((1, 4))
+    )
+    (curve,) = co.envelope_frontier(a, a.loss[None], compute)
+    assert curve == pytest.approx(law, rel=1e-9)
+
+
+def test_the_envelope_needs_three_pareto_points():
     a = co.ArmOptima(
         name="a",
         n=np.ones(3),
         d=np.ones(3),
         compute=np.array([1.0, 2.0, 4.0]),
-        loss=np.array([3.0, 3.5, 2.0]),  # the middle cell is beaten by a cheaper one
+        loss=np.array([3.0, 3.5, 2.0]),  # two Pareto points: no law through them
         draws=np.zeros((1, 3)),
     )
-    (curve,) = co.envelope_frontier(a, a.loss[None], np.array([1.0, 2.0, 4.0]))
-    assert curve == pytest.approx([3.0, 2.5, 2.0])
+    assert np.all(np.isnan(co.envelope_frontier(a, a.loss[None], np.array([1.0, 2.0, 4.0]))))
+
+
+def test_the_envelope_reads_no_effect_as_none_at_every_compute():
+    """Chords between Pareto points zigzagged around the truth (0.95-1.04 on the cpu_v3 ladder);
+    the frontier law through them does not."""
+    arms = {"k2": arm("k2", TRUE), "k3": arm("k3", TRUE)}
+    route = co.compare_arms(arms, "k2", decades=1.0).routes["envelope"]
+    values = [e.value for e in route.multiplier["k3"] if e.value is not None]
+    assert len(values) >= 7
+    assert values == pytest.approx([1.0] * len(values), rel=0.01)
 
 
 def test_noisy_optima_give_a_wide_interval_and_say_not_identified():
