@@ -131,9 +131,12 @@ class Driver:
             )
             for c in self.cells
         }
+        # A cell's study of extra runs is made when its first run is queued (optuna-dashboard
+        # listed an empty one per cell otherwise); a resumed driver reopens those that exist.
+        self.objective = objective
+        made = sources.study_names(ctx.storage)
         self.extra = {
-            c.key: StudyLedger(sources.open_extra_study(ctx.storage, c, metric=objective), log)
-            for c in self.cells
+            c.key: self._open_extra(c) for c in self.cells if sources.extra_name(c) in made
         }
         self.jobs: list[_Job] = []
         self.counters = _Counters()
@@ -213,9 +216,18 @@ class Driver:
         self._launch(cell, study, trial, sources.TUNED)
         return True
 
+    def _open_extra(self, cell: Cell) -> StudyLedger:
+        study = sources.open_extra_study(self.ctx.storage, cell, metric=self.objective)
+        return StudyLedger(study, self.log)
+
+    def _extra_study(self, cell: Cell) -> StudyLedger:
+        if cell.key not in self.extra:
+            self.extra[cell.key] = self._open_extra(cell)
+        return self.extra[cell.key]
+
     def _launch_extra(self, cell: Cell) -> bool:
-        study = self.extra[cell.key]
-        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        study = self.extra.get(cell.key)
+        if study is None or not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return False
         trial = study.ask(sources.extra_distributions(self.ctx.preset))
         self._launch(cell, study, trial, trial.params["arm"])
@@ -224,6 +236,8 @@ class Driver:
     def _relaunch_stale(self) -> None:
         for cell in self.cells:
             for group in (self.tuning, self.extra):
+                if cell.key not in group:
+                    continue
                 for trial in sources.stale_running(group[cell.key]):
                     arm = trial.params.get("arm", sources.TUNED)
                     self.log(
@@ -274,7 +288,7 @@ class Driver:
             if best is None:
                 continue
             for seed in preset.seeds[1:]:
-                sources.enqueue_extra(self.extra[cell.key], best, seed, sources.SEED)
+                sources.enqueue_extra(self._extra_study(cell), best, seed, sources.SEED)
             if runs_shared_arm(study, preset) and cell.schedule == baseline:
                 for other in self.cells:
                     if other.schedule != baseline and (
@@ -283,7 +297,7 @@ class Driver:
                         other.budget_tokens,
                     ) == (cell.arch, cell.size, cell.budget_tokens):
                         sources.enqueue_extra(
-                            self.extra[other.key], best, preset.seeds[0], sources.SHARED
+                            self._extra_study(other), best, preset.seeds[0], sources.SHARED
                         )
 
     def _tuning_done(self, cell: Cell) -> bool:

@@ -1,8 +1,8 @@
 """A study's identity: the code commit, the kernel path and the data its trials train on, fixed
 at its start.
 
-Recorded in the Optuna storage (the sweep's state, wherever it lives) the first time a study
-starts, and in `study.json`. A resume under another commit or on another kernel path (the fused
+Recorded in the Optuna storage (the sweep's state, wherever it lives: the user attributes of the
+cells' tuning studies) the first time a study starts, and in `study.json`. A resume under another commit or on another kernel path (the fused
 CPU kernels or the torch paths: the same results to rounding, far apart in speed) would mix
 two versions in one study, and one on other data would re-evaluate finished trials on it: all are
 refused. A code or path change can be accepted explicitly (`--allow-code-change`); every run's
@@ -19,7 +19,8 @@ from k3scale.ops.cpu.build import kernel_path
 from k3scale.sweep.sources import open_storage
 from k3scale.track.provenance import git_state
 
-# The Optuna study whose user attributes hold the identity (no trials are ever added to it).
+# The Optuna study that held the identity in folders started before it moved to the cells'
+# studies (it never held a trial).
 IDENTITY_STUDY = "k3scale|identity"
 GIT_SHA, GIT_DIRTY, DATA_FINGERPRINT = "git_sha", "git_dirty", "data_fingerprint"
 KERNEL_PATH, CPU_CAPABILITY = "kernel_path", "cpu_capability"
@@ -40,9 +41,13 @@ def current_identity(data_fingerprint: str) -> dict[str, str]:
 
 
 def check_identity(
-    storage: str, identity: dict[str, str], allow_code_change: bool, log=print
+    storage: str, identity: dict[str, str], allow_code_change: bool, studies, log=print
 ) -> dict[str, str]:
     """Record `identity` when the study starts; on a resume, refuse another commit or data.
+
+    The identity is kept in the user attributes of the cells' tuning studies (`studies`, made
+    here if new): a study of its own would sit empty in optuna-dashboard. Folders started
+    before that keep theirs in the study IDENTITY_STUDY, which is still read.
 
     Returns:
         The identity the study started with.
@@ -51,13 +56,9 @@ def check_identity(
         K3ScaleError: the data differs, or the code or kernel path differs without
             `allow_code_change`.
     """
-    holder = optuna.create_study(
-        storage=open_storage(storage), study_name=IDENTITY_STUDY, load_if_exists=True
-    )
-    recorded = {k: str(v) for k, v in holder.user_attrs.items()}
+    recorded = _recorded_identity(storage, studies)
     if not recorded:
-        for key, value in identity.items():
-            holder.set_user_attr(key, value)
+        _stamp(storage, studies, identity)
         return dict(identity)
     if recorded[DATA_FINGERPRINT] != identity[DATA_FINGERPRINT]:
         raise K3ScaleError(
@@ -75,6 +76,29 @@ def check_identity(
         log(f"code changed since the study started ({started} -> {now}): continuing as asked")
     _check_kernel_path(recorded, identity, allow_code_change, log)
     return recorded
+
+
+def _recorded_identity(storage: str, studies) -> dict[str, str]:
+    """The identity an earlier start recorded in `storage`, or {}."""
+    attrs = {
+        s.study_name: s.user_attrs for s in optuna.get_all_study_summaries(open_storage(storage))
+    }
+    for name in (IDENTITY_STUDY, *studies):
+        if GIT_SHA in attrs.get(name, {}):
+            return {k: str(v) for k, v in attrs[name].items()}
+    return {}
+
+
+def _stamp(storage: str, studies, identity: dict[str, str]) -> None:
+    for name in studies:
+        study = optuna.create_study(
+            storage=open_storage(storage),
+            study_name=name,
+            direction="minimize",
+            load_if_exists=True,
+        )
+        for key, value in identity.items():
+            study.set_user_attr(key, value)
 
 
 def _check_kernel_path(

@@ -100,7 +100,10 @@ def run_study(
     # Nothing is written before the inputs above are checked.
     folder.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{folder / 'optuna.db'}"
-    identity = check_identity(storage, current_identity(fingerprint), allow_code_change, log)
+    cell_keys = [c.key for c in plan_cells(study, preset)]
+    identity = check_identity(
+        storage, current_identity(fingerprint), allow_code_change, cell_keys, log
+    )
     if notice := slow_path_notice():
         log(notice)
     previous = _read_json(folder / STUDY_JSON) or {}
@@ -113,7 +116,7 @@ def run_study(
         "data_fingerprint": fingerprint,
         "identity": identity,
         "kernel_path": asdict(kernel_path()),
-        "cells": [c.key for c in plan_cells(study, preset)],
+        "cells": cell_keys,
         "planned": estimate_cost(study, preset),
     }
     # Written before any trial: a folder always says which code and data it belongs to.

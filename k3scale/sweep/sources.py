@@ -103,11 +103,20 @@ def open_cell_study(
     return study
 
 
+def study_names(storage: str) -> set[str]:
+    """The names of the studies `storage` holds."""
+    return {s.study_name for s in optuna.get_all_study_summaries(open_storage(storage))}
+
+
+def extra_name(cell: Cell) -> str:
+    return f"{cell.key}|extra"
+
+
 def open_extra_study(storage: str, cell: Cell, metric: str = "objective") -> optuna.Study:
     """The cell's study of fixed extra runs (seeds, shared arm), its objective named `metric`."""
     study = optuna.create_study(
         storage=open_storage(storage),
-        study_name=f"{cell.key}|extra",
+        study_name=extra_name(cell),
         direction="minimize",
         load_if_exists=True,
     )

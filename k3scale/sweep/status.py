@@ -7,14 +7,14 @@ from optuna.trial import TrialState
 
 from k3scale.sweep.declaration import Study, StudyPreset
 from k3scale.sweep.planner import plan_cells
-from k3scale.sweep.sources import open_storage
+from k3scale.sweep.sources import open_storage, study_names
 
 
 def study_status(study: Study, preset: StudyPreset, storage_url: str) -> str:
     """One line per cell, each arm's cells together (arch, then schedule, in ladder order):
     completed, failed and running trials, and the best objective with its LR and batch."""
     storage = open_storage(storage_url)
-    existing = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    existing = study_names(storage_url)
     lines = [f"{'cell':40s} {'done':>5s} {'fail':>5s} {'run':>4s}  best  (at peak lr, batch)"]
     totals = [0, 0, 0]
     # sorted() is stable: within an arm the planner's ladder and budget order stays.

@@ -43,7 +43,7 @@ def test_the_readme_storage_url_runs_a_grid_cell_through_the_driver_s_ledger(pos
     storage = postgres.url("optuna")
     assert storage.startswith("postgresql://k3scale:")  # the README's form, no +driver suffix
     identity = {"git_sha": "a" * 40, "git_dirty": "false", "data_fingerprint": "f" * 64}
-    assert check_identity(storage, identity, allow_code_change=False) == identity
+    assert check_identity(storage, identity, False, [CELL.key]) == identity
     ledger = StudyLedger(sources.open_cell_study(storage, CELL, seed=0))
     sources.enqueue_grid(ledger, GRID)
     told = []

@@ -18,11 +18,14 @@ import pytest
 
 from k3scale.data.sample import prepare_sample
 from k3scale.errors import K3ScaleError
+from k3scale.sweep.declaration import load_study
 from k3scale.sweep.identity import check_identity, current_identity
+from k3scale.sweep.planner import plan_cells
 from tests.sweep.test_study_runs import study_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "experiments" / "k2_vs_k3.py"
+SMOKE_CELLS = [c.key for c in plan_cells(load_study(SMOKE), load_study(SMOKE).preset("smoke"))]
 TINY_STUDY = """
 from k3scale.sweep.declaration import SearchSpace, Study, StudyPreset
 
@@ -96,7 +99,7 @@ def test_resume_under_another_commit_is_refused(data_root, tmp_path):
     study_dir.mkdir()
     fingerprint = json.loads((data_root / "sample" / "dataset.json").read_text())["fingerprint"]
     started = {**current_identity(fingerprint), "git_sha": "0" * 40, "git_dirty": "false"}
-    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, allow_code_change=False)
+    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, False, SMOKE_CELLS)
     before = (study_dir / "optuna.db").read_bytes()
     one_line_error(run_smoke(study_dir, data_root), "started at commit 000000000000")
     assert (study_dir / "optuna.db").read_bytes() == before
@@ -107,7 +110,7 @@ def test_resume_on_another_kernel_path_is_refused(data_root, tmp_path, monkeypat
     study_dir.mkdir()
     fingerprint = json.loads((data_root / "sample" / "dataset.json").read_text())["fingerprint"]
     started = {**current_identity(fingerprint), "kernel_path": "fused"}
-    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, allow_code_change=False)
+    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, False, SMOKE_CELLS)
     monkeypatch.setenv("K3SCALE_CPU_KERNELS", "0")
     one_line_error(run_smoke(study_dir, data_root), "started on the fused kernel path")
 
@@ -116,7 +119,7 @@ def test_resume_on_other_data_is_refused_even_with_allow_code_change(data_root, 
     study_dir = tmp_path / "study"
     study_dir.mkdir()
     started = current_identity("another-dataset-fingerprint")
-    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, allow_code_change=False)
+    check_identity(f"sqlite:///{study_dir / 'optuna.db'}", started, False, SMOKE_CELLS)
     result = run_smoke(study_dir, data_root, "--allow-code-change")
     one_line_error(result, "started on data another-dataset-fingerprint")
 
@@ -124,27 +127,32 @@ def test_resume_on_other_data_is_refused_even_with_allow_code_change(data_root, 
 def test_check_identity_records_once_and_allows_a_code_change_only_when_asked(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     first = {"git_sha": "a" * 40, "git_dirty": "false", "data_fingerprint": "f1"}
-    assert check_identity(storage, first, allow_code_change=False) == first
-    assert check_identity(storage, first, allow_code_change=False) == first
+    assert check_identity(storage, first, allow_code_change=False, studies=["cell"]) == first
+    assert check_identity(storage, first, allow_code_change=False, studies=["cell"]) == first
     later = {**first, "git_sha": "b" * 40}
     with pytest.raises(K3ScaleError, match="--allow-code-change"):
-        check_identity(storage, later, allow_code_change=False)
+        check_identity(storage, later, allow_code_change=False, studies=["cell"])
     notes = []
-    assert check_identity(storage, later, allow_code_change=True, log=notes.append) == first
+    assert (
+        check_identity(storage, later, allow_code_change=True, studies=["cell"], log=notes.append)
+        == first
+    )
     assert "aaaaaaaaaaaa -> bbbbbbbbbbbb" in notes[0]
     fused = {**first, "kernel_path": "fused"}
     storage = f"sqlite:///{tmp_path / 'paths.db'}"
-    check_identity(storage, fused, allow_code_change=False)
+    check_identity(storage, fused, allow_code_change=False, studies=["cell"])
     with pytest.raises(K3ScaleError, match="started on the fused kernel path"):
-        check_identity(storage, {**fused, "kernel_path": "torch"}, allow_code_change=False)
+        check_identity(
+            storage, {**fused, "kernel_path": "torch"}, allow_code_change=False, studies=["cell"]
+        )
     notes = []
     check_identity(
-        storage, {**fused, "kernel_path": "torch"}, allow_code_change=True, log=notes.append
+        storage, {**fused, "kernel_path": "torch"}, True, studies=["cell"], log=notes.append
     )
     assert "(fused -> torch)" in notes[0]
     dirty = {**first, "git_dirty": "true"}
     with pytest.raises(K3ScaleError, match=r"now at aaaaaaaaaaaa \(dirty\)"):
-        check_identity(storage, dirty, allow_code_change=False)
+        check_identity(storage, dirty, allow_code_change=False, studies=["cell"])
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,13 @@ def test_smoke_study_leaves_one_run_per_trial_and_a_study_per_cell(data_root, tm
     # smoke: 2 cells (k2-t0, k3-t0) x 2 trials, one budget, cosine only.
     assert_complete(study_dir, "k2_vs_k3", expected_results=4)
     assert optuna_counts(study_dir)["COMPLETE"] == 4
+    # optuna-dashboard lists every study: none may be empty (no identity holder, no unused
+    # study of extra runs; this preset has one seed and no shared arm).
+    with sqlite3.connect(f"file:{study_dir / 'optuna.db'}?mode=ro", uri=True) as conn:
+        empty = conn.execute(
+            "SELECT study_name FROM studies WHERE study_id NOT IN (SELECT study_id FROM trials)"
+        ).fetchall()
+    assert empty == []
     again = run_to_end(K2_VS_K3, study_dir, data_root)
     assert "already complete" in again
 
