@@ -66,6 +66,9 @@ METRIC_FLOPS = "flops"
 METRIC_TOKENS_PER_S = "perf/tokens_per_s"
 METRIC_MFU = "perf/mfu"
 FINAL_PREFIX = "final/"
+# The schedule's peak LR, one point at step 0 (the runs list shows a metric's latest value, and
+# `lr` ends at the schedule's floor).
+METRIC_PEAK_LR = "peak_lr"
 
 # Derived quantities logged as params next to the flattened config (dotted keys).
 PARAM_N_TOTAL = "derived.n_total"

@@ -15,6 +15,7 @@ from pathlib import Path
 from k3scale.config import RunConfig
 from k3scale.errors import K3ScaleError
 from k3scale.track import schema
+from k3scale.track.replica import read_replica
 from k3scale.train.checkpoint import fork_name
 from k3scale.train.loop import RunResult, plan_run, train
 
@@ -76,6 +77,7 @@ def run_branches(
         results[branch.train.budget_tokens] = train(
             branch,
             start_from=Path(trunk.train.out_dir) / fork_name(tokens),
+            history=trunk_history(trunk, step),
             extra_tags={
                 **(extra_tags or {}),
                 schema.TAG_TRUNK_RUN_ID: trunk_run.run_id,
@@ -84,6 +86,16 @@ def run_branches(
             },
         )
     return results
+
+
+def trunk_history(trunk: RunConfig, step: int) -> list[tuple[int, str, float]]:
+    """The trunk's logged curve points up to the fork `step` (its replica's), summaries left
+    out: a branch logs them first, so its charts in MLflow start at step 1, not at the fork."""
+    return [
+        (at, key, value)
+        for at, key, value in read_replica(Path(trunk.train.out_dir)).metrics
+        if 1 <= at <= step and not key.startswith(schema.FINAL_PREFIX)
+    ]
 
 
 def _check_branch(trunk: RunConfig, branch: RunConfig) -> None:

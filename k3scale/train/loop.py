@@ -135,6 +135,7 @@ def train(
     stop_after_steps: int | None = None,
     start_from: Path | None = None,
     extra_tags: dict[str, str] | None = None,
+    history: list[tuple[int, str, float]] | None = None,
 ) -> RunResult:
     """Train one run.
 
@@ -145,6 +146,8 @@ def train(
             interrupted; used by tests and by WSD trunks that end at their last fork.
         start_from: a WSD fork checkpoint to branch from (a new run; its lineage goes in tags).
         extra_tags: tags added to the run (e.g. trunk run id and fork step of a branch).
+        history: (step, key, value) points a new run logs before its own (a WSD branch: its
+            trunk's curve up to the fork).
     """
     call_started = time.perf_counter()
     if cfg.train.num_threads > 0:
@@ -171,8 +174,12 @@ def train(
 
     flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
     heart.beat("opening its MLflow run")
+    new_run = state.run_id is None
     tracker = _open_tracker(cfg, dataset, state.run_id, extra_tags, rank, out_dir, device)
     state.run_id = tracker.run_id if tracker else state.run_id
+    if tracker and new_run:
+        tracker.log_metrics(SUMMARY_STEP, {schema.METRIC_PEAK_LR: cfg.optim.lr})
+        _log_history(tracker, history or [])
     if state.final is not None:
         if tracker:
             tracker.close()
@@ -490,6 +497,14 @@ def _open_tracker(cfg, dataset, run_id, extra_tags, rank, out_dir: Path, device:
         tracker.log_artifact_json("config.json", _logged_config(cfg, device))
         tracker.log_dataset(dataset.name, dataset.fingerprint, _logged_path(cfg, dataset.path))
     return tracker
+
+
+def _log_history(tracker: RunTracker, history: list[tuple[int, str, float]]) -> None:
+    by_step: dict[int, dict[str, float]] = {}
+    for step, key, value in history:
+        by_step.setdefault(step, {})[key] = value
+    for step in sorted(by_step):
+        tracker.log_metrics(step, by_step[step])
 
 
 def _logged_params(cfg: RunConfig, device: torch.device) -> dict[str, Any]:

@@ -73,6 +73,17 @@ def test_wsd_branches_are_child_runs_of_their_trunk_with_dataset_and_summaries(
         assert params["track.tags"] == str([list(tag) for tag in cfg.track.tags])
         assert params["track.run_name"] == cfg.track.run_name
         assert params["train.out_dir"] == cfg.train.out_dir
+        # The branch's chart shows its trunk's curve up to the fork, then its own decay.
+        fork = int(tags[schema.TAG_FORK_STEP])
+        trunk_loss = {
+            m.step: m.value
+            for m in client.get_metric_history(trunk_run.info.run_id, schema.METRIC_TRAIN_LOSS)
+        }
+        own = client.get_metric_history(run.info.run_id, schema.METRIC_TRAIN_LOSS)
+        assert [m.step for m in own] == list(range(1, budget // BATCH_TOKENS + 1))
+        assert {m.step: m.value for m in own if m.step <= fork} == {
+            step: value for step, value in trunk_loss.items() if step <= fork
+        }
 
     fingerprint = open_dataset("sample", root=sample_root).fingerprint
     for run in runs.values():
@@ -83,6 +94,11 @@ def test_wsd_branches_are_child_runs_of_their_trunk_with_dataset_and_summaries(
         assert {t.key: t.value for t in found.tags} == {schema.MLFLOW_DATASET_CONTEXT: "training"}
 
         steps = int(run.data.params["train.budget_tokens"]) // BATCH_TOKENS
+        # The runs list shows a metric's latest value: the peak LR, not the schedule's floor.
+        peak = client.get_metric_history(run.info.run_id, schema.METRIC_PEAK_LR)
+        assert [(m.step, m.value) for m in peak] == [
+            (SUMMARY_STEP, float(run.data.params["optim.lr"]))
+        ]
         for name in FINAL_KEYS:
             history = client.get_metric_history(run.info.run_id, schema.FINAL_PREFIX + name)
             assert [m.step for m in history] == [SUMMARY_STEP], name

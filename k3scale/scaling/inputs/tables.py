@@ -175,12 +175,18 @@ def run_row(run: RunData) -> dict:
 
 
 def curve_rows(run: RunData) -> list[dict]:
-    """curves.parquet rows of one run; `tokens` from the run's `tokens` metric at that step."""
+    """curves.parquet rows of one run; `tokens` from the run's `tokens` metric at that step.
+
+    A WSD branch's points up to its fork are its trunk's (logged for MLflow's charts): they are
+    left to the trunk's rows, so every point is in the table once.
+    """
     tokens_at = {step: value for step, key, value in run.metrics if key == schema.METRIC_TOKENS}
     batch_tokens = _number(run.params.get(schema.PARAM_BATCH_TOKENS), int)
+    fork = _number(run.tags.get(schema.TAG_FORK_STEP), int) or 0
     rows = []
     for step, key, value in run.metrics:
-        if key.startswith(schema.FINAL_PREFIX):
+        summary = key.startswith(schema.FINAL_PREFIX) or key == schema.METRIC_PEAK_LR
+        if summary or 0 < step <= fork:
             continue
         tokens = tokens_at.get(step)
         if tokens is None and batch_tokens is not None:

@@ -15,12 +15,15 @@ from k3scale.scaling import study
 from k3scale.scaling.inputs.sources import replica_batches
 from k3scale.scaling.inputs.tables import (
     RUN_SCHEMA,
+    RunData,
     build_tables,
+    curve_rows,
     load_tables,
     table_hash,
     write_table_batches,
     write_tables,
 )
+from k3scale.track import schema
 from tests.scaling.synthetic import log_to_mlflow, synthetic_runs, write_replicas
 
 OPTIONS = study.StudyOptions(num_resamples=30, computes=("c_6n",))
@@ -170,3 +173,24 @@ def test_streamed_export_refuses_batches_out_of_order_and_keeps_old_tables(tmp_p
         write_table_batches([runs[1:], runs[:1]], tmp_path)
     assert load_tables(tmp_path)[0].equals(before)
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_branch_s_copy_of_its_trunk_s_curve_and_the_peak_lr_stay_out_of_the_curves():
+    """A WSD branch logs its trunk's points up to the fork (MLflow draws the whole curve) and
+    every run logs `peak_lr` once: neither is a curve point of its own."""
+    points = [(0, schema.METRIC_PEAK_LR, 0.01), (0, schema.FINAL_PREFIX + "val_ood_loss", 3.0)]
+    points += [(step, schema.METRIC_TRAIN_LOSS, 5.0 - 0.1 * step) for step in range(1, 9)]
+    branch = RunData(
+        run_id="b",
+        experiment="e",
+        run_name="b",
+        source_status=schema.STATUS_FINISHED,
+        params={},
+        tags={schema.TAG_FORK_STEP: "5"},
+        metrics=points,
+    )
+    assert [(r["step"], r["metric"]) for r in curve_rows(branch)] == [
+        (step, schema.METRIC_TRAIN_LOSS) for step in (6, 7, 8)
+    ]
+    trunk = dataclasses.replace(branch, tags={})
+    assert [r["step"] for r in curve_rows(trunk)] == list(range(1, 9))
