@@ -13,11 +13,19 @@ import urllib.request
 from pathlib import Path
 
 from k3scale.errors import K3ScaleError
+from k3scale.track import schema
 
 DEFAULT_PORT = 5000
-# MLflow 3.17's UI opens experiments in its GenAI view unless the hash route's query names the
-# workflow (WorkflowTypeProvider in the UI bundle reads `workflowType` before localStorage).
+# MLflow 3.17's UI picks its GenAI or model-training pages from `workflowType`: the URL's query
+# first, then the browser's localStorage (set only by the sidebar's switch), else GenAI. No
+# server setting or experiment tag changes that (the experimentKind tag is not read), so links
+# that carry no query (the Experiments list, breadcrumbs) open the GenAI view until a user picks
+# "Model training" once per browser and address.
 TRAINING_VIEW = "workflowType=machine_learning"
+TRAINING_VIEW_HINT = (
+    "links without that query (the Experiments list, breadcrumbs) open MLflow's GenAI view until "
+    "'Model training' is picked once in the sidebar (remembered per browser and address)"
+)
 
 
 def register(sub) -> None:
@@ -77,9 +85,12 @@ def _is_loopback(host: str) -> bool:
 
 
 def runs_url(server_url: str, experiment_id: str | None) -> str:
-    """The runs list of an experiment (or the experiments list) in the model-training view."""
-    page = f"experiments/{experiment_id}/runs" if experiment_id else "experiments"
-    return f"{server_url}/#/{page}?{TRAINING_VIEW}"
+    """The runs list of an experiment in the model-training view with k3scale's columns (or
+    the experiments list)."""
+    if experiment_id is None:
+        return f"{server_url}/#/experiments?{TRAINING_VIEW}"
+    view = f"viewStateShareKey={schema.RUNS_VIEW_KEY}"
+    return f"{server_url}/#/experiments/{experiment_id}/runs?{TRAINING_VIEW}&{view}"
 
 
 def _study_experiment(args, server_url: str) -> str | None:
@@ -142,6 +153,7 @@ def run_ui(args) -> int:
         print(f"MLflow UI and tracking URI: {server.url}  (log {log_path}; Ctrl-C stops it)")
         print(f"train against it with: k3scale train --tracking-uri {server.url}", flush=True)
         print(f"runs: {runs_url(server.url, _study_experiment(args, server.url))}", flush=True)
+        print(f"  ({TRAINING_VIEW_HINT})", flush=True)
         while server.alive():
             time.sleep(0.5)
         raise K3ScaleError(f"MLflow server exited unexpectedly: {log_tail(log_path)}")

@@ -46,9 +46,14 @@ TAG_STUDY_SUMMARY = "k3scale.study_summary"
 # children under it), an experiment's or run's description, and a dataset input's role.
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_NOTE = "mlflow.note.content"
-# The MLflow UI (3.x) opens an experiment as model training, not GenAI traces, with this tag.
+# What an experiment is. MLflow 3.17's UI does not route on it (it reads the browser's
+# `workflowType`, see k3scale/commands/ui.py); the tag is kept as correct metadata.
 MLFLOW_EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_TRAINING = "custom_model_development"
+# A runs-table view stored on the experiment: a URL with `viewStateShareKey=<key>` opens the
+# runs list in it, and the UI's "Views" menu lists it (mlflow 3.17.2 UI bundle).
+MLFLOW_SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+RUNS_VIEW_KEY = "k3scale"
 MLFLOW_DATASET_CONTEXT = "mlflow.data.context"
 
 STATUS_FINISHED = "finished"

@@ -7,6 +7,7 @@ few `log_batch` calls as MLflow's limits allow. A line counts as sent once all i
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -254,11 +255,37 @@ def tracking_client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
+# The runs list's columns in the k3scale view: what a researcher reads a trial by.
+RUNS_VIEW_COLUMNS = (
+    f"metrics.`{schema.FINAL_PREFIX}val_ood_loss`",
+    f"metrics.`{schema.FINAL_PREFIX}val_id_loss`",
+    f"metrics.`{schema.METRIC_PEAK_LR}`",
+    "params.`train.batch_size`",
+    f"tags.`{schema.TAG_SIZE}`",
+    f"tags.`{schema.TAG_CELL}`",
+    f"tags.`{schema.TAG_ARM}`",
+)
+
+
+def runs_view_tag() -> dict[str, str]:
+    """The experiment tag holding the k3scale runs view (columns above, best loss first)."""
+    state = {
+        "selectedColumns": list(RUNS_VIEW_COLUMNS),
+        "orderByKey": RUNS_VIEW_COLUMNS[0],
+        "orderByAsc": True,
+    }
+    # A fixed time: the tag is the same whichever process writes it.
+    view = {"name": "k3scale training runs", "createdAt": 0, "updatedAt": 0}
+    view["state"] = json.dumps(state)
+    return {schema.MLFLOW_SHARED_VIEW_PREFIX + schema.RUNS_VIEW_KEY: json.dumps(view)}
+
+
 def experiment_id_for(client, name: str) -> str:
-    """Id of experiment `name`, created if missing (safe when several processes race)."""
+    """Id of experiment `name`, created if missing (safe when several processes race), tagged
+    as model training and with the k3scale runs view."""
     from mlflow.exceptions import MlflowException
 
-    kind = {schema.MLFLOW_EXPERIMENT_KIND: schema.EXPERIMENT_KIND_TRAINING}
+    kind = {schema.MLFLOW_EXPERIMENT_KIND: schema.EXPERIMENT_KIND_TRAINING, **runs_view_tag()}
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
@@ -272,8 +299,8 @@ def experiment_id_for(client, name: str) -> str:
             f"MLflow experiment {name!r} is deleted: restore it in the MLflow UI or use "
             "another experiment name"
         )
-    if schema.MLFLOW_EXPERIMENT_KIND not in experiment.tags:
-        # Made before the tag (or by another tool): the UI would open it as GenAI traces.
-        for key, value in kind.items():
+    for key, value in kind.items():
+        # Made before these tags (or by another tool).
+        if key not in experiment.tags:
             client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from k3scale.commands.ui import runs_url
 from k3scale.data.sample import prepare_sample
 from k3scale.track import schema
+from k3scale.track.sending import RUNS_VIEW_COLUMNS
 from tests.sweep.test_study_runs import K2_VS_K3, mlflow_runs, run_to_end
 from tests.track.ui_server import read_ui_url
 
@@ -97,12 +99,20 @@ def add_tag_columns(page, tags: tuple[str, ...]) -> None:
 
 
 def check_runs_list(page, url: str, experiment_id: str, runs: list, shots: Path) -> None:
-    page.goto(f"{url}/#/experiments/{experiment_id}/runs", wait_until="load")
+    """The link `k3scale ui` prints: every run, with the k3scale view's columns filled in."""
+    page.goto(runs_url(url, experiment_id), wait_until="load")
     for run in runs:
         page.get_by_text(run.info.run_name, exact=True).wait_for(timeout=UI_WAIT_MS)
     page.screenshot(path=shots / "runs-list.png")
     assert page.get_by_text(f"{len(runs)} matching runs").is_visible()
-    add_tag_columns(page, SHOWN_TAGS)
+    for column in RUNS_VIEW_COLUMNS:
+        assert page.locator(f'.ag-header-cell[col-id="{column}"]').count() == 1, column
+    for run in runs:
+        peak = page.locator(
+            f'.ag-row[row-id="{run.info.run_id}"] .ag-cell[col-id="metrics.`peak_lr`"]'
+        )
+        assert float(peak.inner_text()) == pytest.approx(float(run.data.params["optim.lr"]))
+    add_tag_columns(page, tuple(t for t in SHOWN_TAGS if f"tags.`{t}`" not in RUNS_VIEW_COLUMNS))
     for run in runs:
         for tag in SHOWN_TAGS:
             cell = tag_cell(page, run.info.run_id, tag)
@@ -110,6 +120,18 @@ def check_runs_list(page, url: str, experiment_id: str, runs: list, shots: Path)
             assert cell.is_visible(), (run.info.run_name, tag)
             assert cell.inner_text().strip() == run.data.tags[tag], (run.info.run_name, tag)
     page.screenshot(path=shots / "runs-list-tags.png")
+
+
+def check_experiments_list_after_choosing_training(page, url: str, shots: Path) -> None:
+    """From the Experiments list, once "Model training" is picked in the sidebar (what
+    `k3scale ui` tells a user to do once), the experiment opens on its runs, not on GenAI.
+    (MLflow 3.17 routes on the browser's choice alone: no tag or server setting changes it.)"""
+    page.goto(f"{url}/#/experiments", wait_until="load")
+    page.get_by_text("Model training", exact=True).first.click()
+    page.get_by_text(STUDY, exact=True).first.click()
+    page.get_by_text("matching runs").first.wait_for(timeout=UI_WAIT_MS)
+    page.screenshot(path=shots / "experiments-list-to-runs.png")
+    assert "/runs" in page.url and "Detect Issues" not in page.content()
 
 
 def check_train_loss_chart(page, run, history: list, shots: Path) -> None:
@@ -159,6 +181,9 @@ def test_study_runs_tags_and_loss_curve_show_in_the_mlflow_ui(tmp_path):
             page = browser.new_page(viewport=VIEWPORT)
             experiment_id = runs[0].info.experiment_id
             check_runs_list(page, url, experiment_id, runs, shots)
+            # A new user's browser: nothing chosen yet in its localStorage.
+            fresh = browser.new_context(viewport=VIEWPORT).new_page()
+            check_experiments_list_after_choosing_training(fresh, url, shots)
             check_train_loss_chart(page, opened, history, shots)
         finally:
             browser.close()

@@ -65,6 +65,8 @@ def test_ui_starts_the_study_server_and_stops_on_ctrl_c(tmp_path):
     assert process.returncode == 0, err
     assert "Traceback" not in err and "stopped" in out
     assert f"#/experiments/{experiment_id}/runs?" in runs_line
+    # The model-training pages, in the k3scale runs view stored on the experiment.
+    assert "workflowType=machine_learning" in runs_line and "viewStateShareKey=k3scale" in runs_line
     assert not server_answers(url), "the server outlived `k3scale ui`"
     assert (tmp_path / "mlflow" / "mlflow.db").exists()
 
