@@ -78,36 +78,36 @@ def hp_optima_panel(fits: DashboardFits, compute: str = "c_6n") -> Panel:
     for o in optima:
         groups.setdefault((o.cell["arch"], o.cell["schedule"]), []).append(o)
     multi_arch = len({arch for arch, _ in groups}) > 1
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1)
+    # A setting the design fixed (the v2 and v3 grids fix the batch) gets no panel: a constant
+    # drawn as a figure reads as a finding.
+    fixed = {t: vs.pop() for t, _ in TARGETS if len(vs := {getattr(o, t) for o in optima}) == 1}
+    targets = [(t, title) for t, title in TARGETS if t not in fixed or t == "lr_opt"]
+    fig = make_subplots(rows=1, cols=len(targets), horizontal_spacing=0.1)
     for (arch, schedule), part in sorted(groups.items()):
         style = theme.group_style(arch, schedule, multi_arch)
-        for col, (target, _) in enumerate(TARGETS, start=1):
+        for col, (target, _) in enumerate(targets, start=1):
             fig.add_trace(_optimum_trace(part, target, compute, style, col), row=1, col=col)
     for schedule in sorted({s for _, s in groups}):
         # A law pools the schedule's archs: the schedule's colour when it is alone, else grey.
         colour = theme.FALLBACK_COLOUR if multi_arch else theme.arm_colour(schedule)
         xs = [o.compute[compute] for o in optima if o.cell["schedule"] == schedule]
-        for col, (target, _) in enumerate(TARGETS, start=1):
+        for col, (target, _) in enumerate(targets, start=1):
             law = fits.hp_law(schedule, target, compute)
             if law is not None:
                 fig.add_trace(
                     _law_trace(schedule, law, colour, (min(xs), max(xs)), col), row=1, col=col
                 )
     fig.update_xaxes(type="log", title_text=theme.compute_title(compute))
-    for col, (target, title) in enumerate(TARGETS, start=1):
+    for col, (_, title) in enumerate(targets, start=1):
         fig.update_yaxes(type="log", title_text=title, row=1, col=col)
-        values = {getattr(o, target) for o in optima}
-        if len(values) == 1:
-            # A fixed setting (the v2 designs fix the batch): plotly would pad one value by a
-            # decade each way; a narrow range keeps the point readable as a constant.
-            fig.update_yaxes(range=theme.log_range(list(values), pad=0.2), row=1, col=col)
-    theme.base_layout(fig, "Fitted optimum peak LR and batch vs compute")
+    named = " and batch" if len(targets) == 2 else ""
+    theme.base_layout(fig, f"Fitted optimum peak LR{named} vs compute")
     ratios = schedule_lr_ratios(fits)
     note = theme.RATIO_NOTE.format(ref="lr_opt cosine", other="lr_opt WSD") if ratios else ""
     return Panel(
         key=f"hp-optima-{compute}",
         figure=fig,
-        caption=_caption(optima, fits, compute, ratios),
+        caption=_caption(optima, fits, compute, ratios, fixed.get("batch_opt")),
         note=note,
     )
 
@@ -122,13 +122,20 @@ def schedule_lr_ratios(fits: DashboardFits) -> list[float]:
 
 
 def _caption(
-    optima: list[CellOptimumRecord], fits: DashboardFits, compute: str, ratios: list[float]
+    optima: list[CellOptimumRecord],
+    fits: DashboardFits,
+    compute: str,
+    ratios: list[float],
+    fixed_batch: float | None,
 ) -> str:
     found = sum(o.loss.identified for o in optima)
+    what = "peak LR" if fixed_batch is not None else "(peak LR, batch)"
     parts = [
-        f"Fitted optimum (peak LR, batch) of `k3scale fit` in each of {len(optima)} cells vs "
+        f"Fitted optimum {what} of `k3scale fit` in each of {len(optima)} cells vs "
         f"compute ({found} identified; hollow: not identified, left out of the laws; hover: why)"
     ]
+    if fixed_batch is not None:
+        parts.append(f"the batch is fixed by the design at {fixed_batch:,.0f} tokens per step")
     schedules = sorted({o.cell["schedule"] for o in optima})
     laws = [(s, law) for s in schedules if (law := fits.hp_law(s, "lr_opt", compute))]
     if laws:

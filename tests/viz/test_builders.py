@@ -275,6 +275,21 @@ def test_hp_panel_draws_the_fitted_optima_and_the_stored_laws(wsd_fits, artifact
         hp.hp_optima_panel(DashboardFits())
 
 
+def test_hp_panel_leaves_out_a_batch_the_design_fixed(wsd_fits):
+    """A grid design fixes the batch: one LR panel, and the caption says the batch is fixed
+    (a panel of one constant read as a finding; issue 37)."""
+    fixed = replace(
+        wsd_fits, cell_optima=tuple(replace(o, batch_opt=1792.0) for o in wsd_fits.cell_optima)
+    )
+    panel = hp.hp_optima_panel(fixed, "c_6n")
+    assert {t.xaxis for t in panel.figure.data} == {"x"}
+    assert panel.figure.layout.title.text.startswith("Fitted optimum peak LR vs compute")
+    assert "the batch is fixed by the design at 1,792 tokens per step" in panel.caption
+    assert "(peak LR, batch)" not in panel.caption
+    two = hp.hp_optima_panel(wsd_fits, "c_6n")
+    assert {t.xaxis for t in two.figure.data} == {"x", "x2"}
+
+
 def test_frontier_panel_draws_the_stored_curves_and_fitted_optima(runs, fits, fit_document):
     panel = frontier.frontier_panel(runs, fits, METRIC, "c_6n")
     stored = fit_document["results"]["compute_optimal"]["c_6n"]["routes"]
