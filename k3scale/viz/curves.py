@@ -149,7 +149,8 @@ def training_curves_panel(
     )
     theme.base_layout(fig, titles[shown], height=480)
     fig.update_layout(margin={"t": 90})
-    return Panel(key="curves", figure=fig, caption=_caption(runs, cells))
+    val_points = _val_points_per_run(wanted)
+    return Panel(key="curves", figure=fig, caption=_caption(runs, cells, val_points))
 
 
 def _default_cell(cells: list[dict]) -> int:
@@ -166,12 +167,25 @@ def _title(cell: dict) -> str:
     return f"Loss curves, {cell_label(cell['size'], cell['budget_tokens'])}, {cell['schedule']}"
 
 
-def _caption(runs: pl.DataFrame, cells: list[dict]) -> str:
+def _val_points_per_run(curves: pl.DataFrame) -> int:
+    """The most val-OOD points any run logged (a WSD branch's own, without its trunk's)."""
+    counts = curves.filter(pl.col("metric") == "val/ood_loss").group_by("run_id").len()
+    return int(counts["len"].max()) if counts.height else 0
+
+
+def _caption(runs: pl.DataFrame, cells: list[dict], val_points: int) -> str:
     counts = dict(runs.group_by("status").len().rows())
+    sparse = (
+        f" Validation ran at most {val_points} times per run (the preset's eval_points: each "
+        "evaluation costs CPU time the design spent on runs instead), so the val panels hold "
+        "that many points per curve."
+        if 0 < val_points <= 3
+        else ""
+    )
     return (
         f"Train, val-ID and val-OOD loss vs tokens of the {sum(c['num_runs'] for c in cells)} "
         f"runs of {len(cells)} cells (pick the cell in the menu; legend: peak LR, batch in "
         "sequences, seed, and the arm when not a tuning trial); each cell's best tuned trial "
         f"bold black; {counts.get('diverged', 0)} diverged and {counts.get('failed', 0)} failed "
-        "runs dotted; WSD branches include their trunk's curve up to the fork."
+        "runs dotted; WSD branches include their trunk's curve up to the fork." + sparse
     )

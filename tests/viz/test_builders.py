@@ -115,6 +115,20 @@ def test_curves_menu_holds_every_cell_and_highlights_its_best_trial(runs, curves
     assert "tokens" in fig.layout.xaxis.title.text
 
 
+def test_curves_caption_says_when_validation_ran_only_a_few_times(runs, curves):
+    """Two val points per run draw as two dots: the caption says why (issue 37)."""
+    val = pl.col("metric").is_in(["val/id_loss", "val/ood_loss"])
+    last_two = (
+        curves.filter(val).sort("tokens").group_by("run_id", "metric", maintain_order=True).tail(2)
+    )
+    sparse = pl.concat([curves.filter(~val), last_two.select(curves.columns)])
+    caption = curves_mod.training_curves_panel(runs, sparse, METRIC).caption
+    assert "Validation ran at most 2 times per run" in caption
+    full = curves.filter(pl.col("metric") == "val/ood_loss").group_by("run_id").len()
+    if full["len"].max() > 3:
+        assert "Validation ran" not in curves_mod.training_curves_panel(runs, curves).caption
+
+
 def test_representative_cells_are_the_largest_of_each_group(runs):
     cells = representative_cells(runs)
     assert cells == [
