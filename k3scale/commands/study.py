@@ -36,6 +36,14 @@ def register(sub) -> None:
         action="store_true",
         help="resume a study started at another commit (each run's git_sha tag names its own)",
     )
+    run.add_argument(
+        "--reuse-runs",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="another study folder whose finished runs this study copies instead of training "
+        "them again when config, commit, kernel path and data all match (repeatable)",
+    )
     run.set_defaults(handler=_run)
 
     plan = actions.add_parser("plan", help="print cells, trials and estimated compute; run nothing")
@@ -118,6 +126,7 @@ def _run(args) -> int:
         data_root=args.data_root,
         dataset=args.dataset,
         allow_code_change=args.allow_code_change,
+        reuse_from=tuple(args.reuse_runs),
     )
     trials = record["trials"]
     if trials["failed"]:

@@ -28,6 +28,7 @@ from k3scale.sweep.declaration import LRGrid, Study, StudyPreset
 from k3scale.sweep.ledger import StudyLedger
 from k3scale.sweep.planner import Cell, plan_cells, runs_shared_arm, trial_config
 from k3scale.sweep.progress import Progress, Stall
+from k3scale.sweep.reuse import ReusableRun, copy_run, ended_runs, run_result
 from k3scale.track import schema
 from k3scale.track.heartbeat import read_beat, stall_after_s
 
@@ -62,6 +63,8 @@ class SweepContext:
     tracking_uri: str
     data_root: str
     dataset: str = "english_mix"
+    reuse: dict[str, ReusableRun] = field(default_factory=dict)
+    """Config hash -> a run of another study this one reuses instead of training it."""
 
 
 @dataclass
@@ -87,6 +90,7 @@ class _Counters:
     busy_s: float = 0.0
     tokens: int = 0
     launched: int = 0
+    reused: int = 0
     run_ids: list[str] = field(default_factory=list)
     timings: list[dict[str, float]] = field(default_factory=list)
     """Per finished task, `task_timing`: where its slot's time went."""
@@ -345,6 +349,8 @@ class Driver:
             )
             self._tell(study, trial, self.logged[config_hash(cfg)], job)
             return
+        if self._reuse(cell, study, trial, cfg, trunk, (params, seed, tag, arm)):
+            return
         payload: dict[str, Any] = {
             "config": _to_dict(cfg),
             "threads": self.ctx.preset.threads_per_trial,
@@ -353,11 +359,7 @@ class Driver:
         tells = [(study, trial, cell.budget_tokens, cell)]
         if trunk:
             # Each branch is the straight run of its own cell (folder, name, tags), forked.
-            branch_cells = [
-                Cell(arch=cell.arch, size=cell.size, budget_tokens=b, schedule="wsd")
-                for b in self.ctx.preset.budgets_for(cell.size)
-                if b != cell.budget_tokens
-            ]
+            branch_cells = self._branch_cells(cell)
             payload["branches"] = [
                 _to_dict(self._config(c, params, seed, tag, arm)) for c in branch_cells
             ]
@@ -378,6 +380,41 @@ class Driver:
                 folders=tuple(folders),
             )
         )
+
+    def _branch_cells(self, cell: Cell) -> list[Cell]:
+        """The WSD cells whose runs fork from `cell`'s trunk (its size's other budgets)."""
+        return [
+            Cell(arch=cell.arch, size=cell.size, budget_tokens=b, schedule="wsd")
+            for b in self.ctx.preset.budgets_for(cell.size)
+            if b != cell.budget_tokens
+        ]
+
+    def _reuse(self, cell: Cell, study, trial, cfg, trunk: bool, spec: tuple) -> bool:
+        """Copy and tell the runs of another study this trial would train (a trunk: only when
+        every branch is there too); False when any is missing."""
+        if not self.ctx.reuse:
+            return False
+        # Here, not at the top: the driver process does not load torch otherwise.
+        from k3scale.train.branching import trunk_config
+
+        params, seed, tag, arm = spec
+        branches = self._branch_cells(cell) if trunk else []
+        configs = [self._config(c, params, seed, tag, arm) for c in branches]
+        budgets = [cfg.train.budget_tokens, *(b.train.budget_tokens for b in configs)]
+        trained = trunk_config(cfg, budgets) if trunk else cfg
+        found = [self.ctx.reuse.get(config_hash(c)) for c in (trained, *configs)]
+        if not all(found):
+            return False
+        job = _Job(ref=None, params=dict(params), tells=[], label=f"{cell.key}#{tag}", started=0.0)
+        first = copy_run(found[0], cfg)
+        self.log(f"{cell.key} trial {trial.number}: reused {found[0].origin}, not trained")
+        lineage = {schema.TAG_TRUNK_RUN_ID: first["run_id"]}
+        lineage[schema.MLFLOW_PARENT_RUN_ID] = first["run_id"]
+        for branch, source, branch_cfg in zip(branches, found[1:], configs, strict=True):
+            result = copy_run(source, branch_cfg, lineage)
+            self._tell(self.tuning[branch.key], None, result, job, trained=False)
+        self._tell(study, trial, first, job, trained=False)
+        return True
 
     def _config(self, cell: Cell, params: dict, seed: int, tag: str, arm: str):
         return trial_config(
@@ -446,11 +483,12 @@ class Driver:
             self.log(f"waiting for the MLflow server at {self.ctx.tracking_uri}")
             time.sleep(10.0)
 
-    def _tell(self, study, trial, result: dict, job: _Job) -> None:
+    def _tell(self, study, trial, result: dict, job: _Job, trained: bool = True) -> None:
         objective = result["final_" + self.ctx.study.objective]
         diverged = result["status"] == schema.STATUS_DIVERGED
         value = DIVERGED_OBJECTIVE if diverged or not math.isfinite(objective) else objective
-        self.counters.tokens += int(result["tokens"])
+        self.counters.tokens += int(result["tokens"]) if trained else 0
+        self.counters.reused += not trained
         self.counters.run_ids.append(result["run_id"])
         self.counters.diverged += diverged
         self.counters.finished += not diverged
@@ -534,33 +572,7 @@ def job_stall(job: _Job, now: float) -> Stall | None:
 
 def finished_runs_by_hash(tracking_uri: str, experiment: str) -> dict[str, dict]:
     """Final results of the experiment's ended runs in MLflow, keyed by config hash."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        return {}
-    out: dict[str, dict] = {}
-    token = None
-    while True:
-        page = client.search_runs([found.experiment_id], max_results=1000, page_token=token)
-        for run in page:
-            tags, metrics = run.data.tags, run.data.metrics
-            status = tags.get(schema.TAG_STATUS)
-            if status not in (schema.STATUS_FINISHED, schema.STATUS_DIVERGED):
-                continue
-            out[tags.get(schema.TAG_CONFIG_HASH, "")] = {
-                "status": status,
-                "run_id": run.info.run_id,
-                "config_hash": tags.get(schema.TAG_CONFIG_HASH, ""),
-                "out_dir": "",
-                "tokens": int(metrics.get(schema.FINAL_PREFIX + "tokens", 0)),
-                "final_val_ood_loss": metrics.get(schema.FINAL_PREFIX + "val_ood_loss", math.nan),
-                "final_val_id_loss": metrics.get(schema.FINAL_PREFIX + "val_id_loss", math.nan),
-            }
-        token = page.token
-        if not token:
-            return out
+    return {r["config_hash"]: r for r in map(run_result, ended_runs(tracking_uri, experiment))}
 
 
 def _attrs(result: dict) -> dict[str, Any]:

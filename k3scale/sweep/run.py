@@ -29,12 +29,15 @@ from k3scale.sweep.identity import (
     DATA_FINGERPRINT,
     GIT_DIRTY,
     GIT_SHA,
+    KERNEL_PATH,
     check_identity,
     current_identity,
 )
 from k3scale.sweep.planner import estimate_cost, plan_cells
+from k3scale.sweep.reuse import reusable_runs
 from k3scale.sweep.sources import without_password
 from k3scale.sweep.tracking import TrackingService, summary_experiment
+from k3scale.track import schema
 
 STUDY_JSON = "study.json"
 # What study.json says about the driver that last trained (kept by one that had nothing to run).
@@ -77,6 +80,7 @@ def run_study(
     data_root: str = "data_cache",
     dataset: str | None = None,
     allow_code_change: bool = False,
+    reuse_from: tuple[str, ...] = (),
     log=print,
 ) -> dict[str, Any]:
     """Run (or resume) a study to completion and return what `study.json` records.
@@ -106,6 +110,7 @@ def run_study(
     )
     if notice := slow_path_notice():
         log(notice)
+    reuse = _reusable(reuse_from, identity, log)
     previous = _read_json(folder / STUDY_JSON) or {}
     record = {
         "study": study.name,
@@ -136,6 +141,7 @@ def run_study(
             tracking_uri=tracking_uri,
             data_root=data_root,
             dataset=dataset,
+            reuse=reuse,
         )
         log(
             f"study {study.name} preset {preset_name}: {len(plan_cells(study, preset))} cells, "
@@ -151,8 +157,13 @@ def run_study(
     wall = time.time() - started
     cores = slots * preset.threads_per_trial
     record |= {"tracking_uri": tracking_uri, "trials": driver.trial_totals(), "state": "complete"}
+    if counters.reused or "reused_runs" in previous:
+        record["reused_runs"] = previous.get("reused_runs", 0) + counters.reused
     if counters.launched == 0:
-        log(f"study {study.name} ({preset_name}) is already complete: nothing to run ({folder})")
+        if not counters.reused:
+            log(
+                f"study {study.name} ({preset_name}) is already complete: nothing to run ({folder})"
+            )
         # The timings describe the driver that trained; keep them when this one trained nothing.
         record |= dict.fromkeys(_TIMINGS, 0) | {"cores": cores}
         record |= {k: previous[k] for k in _TIMINGS if k in previous}
@@ -231,6 +242,30 @@ def _check_data(data_root: str, dataset: str, vocab_size: int) -> str:
             f"study's models' {vocab_size}: rebuild it with `{prepare} --force`"
         )
     return opened.fingerprint
+
+
+def _reusable(folders, identity: dict[str, str], log) -> dict:
+    """The runs of `folders` this study may reuse (k3scale/sweep/reuse.py), said in the log."""
+    if not folders:
+        return {}
+    if identity[GIT_DIRTY] == "true":
+        raise K3ScaleError(
+            "--reuse-runs needs a clean checkout: a run is reused only when the same commit "
+            "trained it, and uncommitted changes make that unknowable"
+        )
+    required = {
+        schema.TAG_GIT_SHA: identity[GIT_SHA],
+        schema.TAG_GIT_DIRTY: "false",
+        schema.TAG_KERNEL_PATH: identity[KERNEL_PATH],
+        schema.TAG_DATA_FINGERPRINT: identity[DATA_FINGERPRINT],
+    }
+    found = reusable_runs(folders, required)
+    log(
+        f"--reuse-runs: {len(found)} finished runs of {', '.join(map(str, folders))} share this "
+        f"study's commit {identity[GIT_SHA][:12]}, kernel path and data; a trial that would "
+        "train one of them copies it instead"
+    )
+    return found
 
 
 def _create_experiment(tracking_uri: str, name: str, note: str) -> None:

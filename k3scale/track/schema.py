@@ -19,6 +19,8 @@ TAG_DATA_FINGERPRINT = "k3scale.data_fingerprint"
 TAG_STATUS = "k3scale.status"
 TAG_TRUNK_RUN_ID = "k3scale.trunk_run_id"
 TAG_FORK_STEP = "k3scale.fork_step"
+# "<study folder>/<run id>" of the run a reused run was copied from (k3scale/sweep/reuse.py).
+TAG_REUSED_FROM = "k3scale.reused_from"
 TAG_BACKEND = "k3scale.backend"
 TAG_ARM = "k3scale.arm"
 TAG_VERSION_TORCH = "k3scale.version.torch"

@@ -87,9 +87,11 @@ def start(study: Path, study_dir: Path, data_root: Path) -> subprocess.Popen:
     )
 
 
-def run_to_end(study: Path, study_dir: Path, data_root: Path, timeout: float = 900) -> str:
+def run_to_end(
+    study: Path, study_dir: Path, data_root: Path, *extra: str, timeout: float = 900
+) -> str:
     done = subprocess.run(
-        study_command(study, study_dir, data_root),
+        [*study_command(study, study_dir, data_root), *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -255,3 +257,33 @@ def test_mlflow_server_stopped_mid_study_loses_nothing(data_root, tmp_path):
     assert_complete(study_dir, "k2_vs_k3", expected_results=4)
     runs = json.loads((study_dir / "study.json").read_text())
     assert runs["trials"]["finished"] == 4
+
+
+def test_a_study_copies_the_runs_another_folder_trained_instead_of_training_them(
+    data_root, tmp_path
+):
+    """Issue 34: `--reuse-runs DIR` copies every run whose config, commit, kernel path and data
+    match (a WSD trunk with its branches), tells its result, and trains nothing again."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    run_to_end(COSINE_VS_WSD, first, data_root)
+    out = run_to_end(COSINE_VS_WSD, second, data_root, "--reuse-runs", str(first))
+    source = {r.info.run_id: r for r in finished_runs(first, "cosine_vs_wsd")}
+    copies = finished_runs(second, "cosine_vs_wsd")
+    assert len(copies) == len(source) and "reused first/" in out
+    assert not (second / "runs").exists(), "a run was trained again"
+    ids = {r.info.run_id for r in copies}
+    for run in copies:
+        folder, run_id = run.data.tags[schema.TAG_REUSED_FROM].split("/")
+        original = source[run_id]
+        assert folder == "first"
+        assert run.data.metrics == original.data.metrics
+        assert run.data.tags[schema.TAG_CONFIG_HASH] == original.data.tags[schema.TAG_CONFIG_HASH]
+        if schema.TAG_TRUNK_RUN_ID in original.data.tags:
+            # A branch hangs under the copy of its trunk, in this study.
+            assert run.data.tags[schema.MLFLOW_PARENT_RUN_ID] in ids
+            assert run.data.tags[schema.TAG_TRUNK_RUN_ID] in ids
+    record = json.loads((second / "study.json").read_text())
+    assert record["reused_runs"] == len(source)
+    assert record["trials"] == json.loads((first / "study.json").read_text())["trials"]
+    table = pl.read_parquet(second / "runs.parquet")
+    assert table["reused_from"].null_count() == 0

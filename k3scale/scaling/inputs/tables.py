@@ -81,6 +81,8 @@ _TAG_COLUMNS = {
     "trunk_run_id": schema.TAG_TRUNK_RUN_ID,
     "fork_step": schema.TAG_FORK_STEP,
 }
+# Tags that only some runs carry: a column only in tables that hold such a run.
+OPTIONAL_TAG_COLUMNS = {"reused_from": schema.TAG_REUSED_FROM}
 # Dotted config keys (k3scale/config.py) and derived params (schema.PARAM_*).
 _PARAM_COLUMNS = {
     "seed": "train.seed",
@@ -169,9 +171,17 @@ def run_row(run: RunData) -> dict:
         row[column] = row[conv] * row["tokens"] if both else None
     for column, (final_key, curve_key) in _FINAL_METRICS.items():
         row[column] = last.get(final_key, last.get(curve_key))
+    for column, tag in OPTIONAL_TAG_COLUMNS.items():
+        if tag in run.tags:
+            row[column] = run.tags[tag]
     for key, value in run.params.items():
         row[PARAM_PREFIX + key] = str(value)
     return row
+
+
+def _is_extra(column: str) -> bool:
+    """A string column outside RUN_SCHEMA: a param, or an optional tag."""
+    return column.startswith(PARAM_PREFIX) or column in OPTIONAL_TAG_COLUMNS
 
 
 def curve_rows(run: RunData) -> list[dict]:
@@ -210,7 +220,7 @@ def build_tables(runs: list[RunData]) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _runs_frame(rows: list[dict]) -> pl.DataFrame:
-    param_cols = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
+    param_cols = sorted({k for row in rows for k in row if _is_extra(k)})
     full_schema = {**RUN_SCHEMA, **dict.fromkeys(param_cols, pl.String)}
     return pl.DataFrame(
         [{col: row.get(col) for col in full_schema} for row in rows], schema=full_schema
@@ -267,7 +277,7 @@ def write_table_batches(batches: Iterable[list[RunData]], out_dir: Path) -> tupl
                 if last_id is not None and ordered[0].run_id <= last_id:
                     raise K3ScaleError("write tables: run batches must come in run_id order")
                 frame = _runs_frame([run_row(r) for r in ordered])
-                params.update(c for c in frame.columns if c.startswith(PARAM_PREFIX))
+                params.update(c for c in frame.columns if _is_extra(c))
                 frame.write_parquet(parts / f"{count:012d}.parquet")
                 curves = _curves_frame(ordered)
                 writer.write_table(curves.to_arrow())
