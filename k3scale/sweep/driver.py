@@ -163,10 +163,15 @@ class Driver:
         while True:
             self._extend_grids()
             self._enqueue_extras()
+            started = False
             while len(self.jobs) < self.slots and self._launch_next():
-                pass
-            if not self.jobs:
+                started = True
+            if not self.jobs and not started:
                 break
+            if not self.jobs:
+                # Every trial started was told at once (reused, or found in MLflow): their
+                # cells may be tuned now, with extra runs to queue.
+                continue
             if self.progress.due():
                 self._print_progress()
             self._wait_one()
