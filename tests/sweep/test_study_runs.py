@@ -285,5 +285,5 @@ def test_a_study_copies_the_runs_another_folder_trained_instead_of_training_them
     record = json.loads((second / "study.json").read_text())
     assert record["reused_runs"] == len(source)
     assert record["trials"] == json.loads((first / "study.json").read_text())["trials"]
-    table = pl.read_parquet(second / "runs.parquet")
+    table = pl.read_parquet(second / "tables" / "runs.parquet")
     assert table["reused_from"].null_count() == 0
