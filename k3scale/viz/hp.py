@@ -98,8 +98,15 @@ def hp_optima_panel(fits: DashboardFits, compute: str = "c_6n") -> Panel:
                     _law_trace(schedule, law, colour, (min(xs), max(xs)), col), row=1, col=col
                 )
     fig.update_xaxes(type="log", title_text=theme.compute_title(compute))
-    for col, (_, title) in enumerate(targets, start=1):
+    computes = {o.compute[compute] for o in optima}
+    if len(computes) == 1:
+        # One compute (the demo's single rung): plotly would pad it by a decade each way.
+        fig.update_xaxes(range=theme.log_range(list(computes), pad=0.2))
+    for col, (target, title) in enumerate(targets, start=1):
         fig.update_yaxes(type="log", title_text=title, row=1, col=col)
+        values = [getattr(o, target) for o in optima]
+        if len(set(values)) == 1:
+            fig.update_yaxes(range=theme.log_range(values, pad=0.2), row=1, col=col)
     named = " and batch" if len(targets) == 2 else ""
     theme.base_layout(fig, f"Fitted optimum peak LR{named} vs compute")
     ratios = schedule_lr_ratios(fits)
