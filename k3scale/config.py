@@ -26,6 +26,9 @@ from k3scale.models.config import K2Config, K3Config, ModelConfig
 _NONE_WORDS = {"none", "null"}
 # Fields that say where a run logs or how fast it goes, not what it trains: left out of config_hash.
 _NOT_IDENTITY = {"identity": False}
+# Fields added after runs were hashed: part of config_hash only away from their default, so every
+# hash logged before them still names the same run.
+_LATER_IDENTITY = {"identity": "unless_default"}
 _TRUE_WORDS = {"true", "1", "yes", "on"}
 _FALSE_WORDS = {"false", "0", "no", "off"}
 
@@ -69,6 +72,9 @@ class OptimConfig:
     """Per-Head Muon update scale: 0.2*sqrt(max(a, b)) of each head block, or of the whole matrix."""
     router_optimizer: Literal["muon", "adamw"] = "muon"
     """Optimizer group of MoE router weights (Moonlight rule: every 2-D non-embedding matrix is Muon)."""
+    matrix_optimizer: Literal["muon", "adamw"] = field(default="muon", metadata=_LATER_IDENTITY)
+    """Optimizer of the hidden matrices and expert tensors: Muon, or AdamW on every matrix (the
+    ablation study's positive control)."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.95
@@ -225,9 +231,10 @@ def identity_dict(cfg: Any) -> dict[str, Any]:
     """`to_dict` without the fields that do not change what is trained (out_dir, threads, track)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
-        if f.metadata.get("identity", True):
-            value = getattr(cfg, f.name)
-            out[f.name] = identity_dict(value) if dataclasses.is_dataclass(value) else _plain(value)
+        rule, value = f.metadata.get("identity", True), getattr(cfg, f.name)
+        if not rule or (rule == "unless_default" and value == f.default):
+            continue
+        out[f.name] = identity_dict(value) if dataclasses.is_dataclass(value) else _plain(value)
     return out
 
 

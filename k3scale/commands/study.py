@@ -150,7 +150,7 @@ def _plan(args) -> int:
     for cell in plan_cells(study, preset):
         print(
             f"  {cell.key:40s} {preset.planned_trials_per_cell:3d} trials x "
-            f"{cell_flops(cell, preset):.3g} FLOPs"
+            f"{cell_flops(study, cell, preset):.3g} FLOPs"
         )
     cost = estimate_cost(study, preset)
     print(

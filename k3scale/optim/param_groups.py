@@ -10,6 +10,7 @@ Rules, first match wins (architecture.md 8.1, 8.3):
 6. MoE router (module named `router`)                   -> `cfg.router_optimizer`
 7. any other 2-D weight                                 -> Muon (per head when marked, see below)
 8. any other 3-D weight (expert tensors `[E, a, b]`)    -> Muon, each of the E matrices on its own
+   (6, 7 and 8 go to AdamW instead with `cfg.matrix_optimizer = "adamw"`)
 9. anything else                                        -> ValueError naming the parameter
 
 Per-Head Muon: with `cfg.per_head_muon`, a module's `per_head_projections = {child: H}` marks
@@ -89,7 +90,7 @@ def build_param_groups(model: nn.Module, cfg: OptimConfig) -> ParamGroups:
     Args:
         model: Any module; roles come from parameter names, shapes, owning module types and
             `per_head_projections` attributes.
-        cfg: Reads `weight_decay`, `router_optimizer` and `per_head_muon`.
+        cfg: Reads `weight_decay`, `router_optimizer`, `matrix_optimizer` and `per_head_muon`.
 
     Returns:
         `ParamGroups` covering each trainable parameter exactly once.
@@ -161,6 +162,8 @@ def _assign(
         return to("adamw", True, "lm head")
     if isinstance(module, nn.modules.conv._ConvNd) or _is_conv_name(name):
         return to("adamw", True, "conv kernel")
+    if cfg.matrix_optimizer == "adamw" and param.ndim in (2, 3):
+        return to("adamw", True, "matrix (AdamW on every matrix)")
     if owner == "router":
         return to(cfg.router_optimizer, True, f"router ({cfg.router_optimizer})")
     if param.ndim == 2:

@@ -25,6 +25,29 @@ Schedule = Literal["cosine", "wsd"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class Arm:
+    """A named variant of an architecture family, compared like an architecture: every trial of
+    it is the family's trial with `overrides` applied (`k3scale.config.apply_overrides`)."""
+
+    name: str
+    """The arm's name: its cells' `arch` and its runs' arch tag."""
+    base: Arch
+    """The family whose ladder and trial config it starts from."""
+    overrides: tuple[str, ...] = ()
+    """`section.field=value` settings, e.g. `model.attnres=false`, `optim.per_head_muon=false`."""
+    note: str = ""
+    """What the arm switches, for people."""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9_]+", self.name or "") or self.name in get_args(Arch):
+            raise K3ScaleError(
+                f"arm {self.name!r}: a name of lowercase letters, digits and _, not a family"
+            )
+        if self.base not in get_args(Arch):
+            raise K3ScaleError(f"arm {self.name}: base {self.base!r} is not one of k2, k3")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SearchSpace:
     lr_low: float
     """Lowest peak LR searched (log-uniform); at least 10x above lr_min."""
@@ -219,6 +242,16 @@ class Study:
     """Dashboard layout in dashboards/."""
     extra: dict[str, str] = field(default_factory=dict)
     """Free-form notes recorded in study.json."""
+    arms: tuple[Arm, ...] = ()
+    """Named variants `archs` may list beside the families (an ablation's arms)."""
+
+    def family(self, arch: str) -> Arch:
+        """The family of an arch name: itself, or its arm's base."""
+        return next((a.base for a in self.arms if a.name == arch), arch)
+
+    def overrides(self, arch: str) -> tuple[str, ...]:
+        """The config settings an arch name's trials carry on top of their family's."""
+        return next((a.overrides for a in self.arms if a.name == arch), ())
 
     def __post_init__(self) -> None:
         # The name becomes a folder, an MLflow experiment and a dashboard layout's file name.
@@ -226,7 +259,9 @@ class Study:
             r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.name
         ):
             raise K3ScaleError(f"study: name {self.name!r} must be letters, digits, _ . -")
-        _require_choices("study: archs", self.archs, get_args(Arch))
+        _require_choices(
+            "study: archs", self.archs, get_args(Arch) + tuple(a.name for a in self.arms)
+        )
         _require_choices("study: schedules", self.schedules, get_args(Schedule))
         for name, preset in self.presets.items():
             if preset.schedules:
@@ -241,7 +276,7 @@ class Study:
                     raise K3ScaleError(f"study: preset {name!r} has no sizes for arch {arch!r}")
                 for size in preset.sizes[arch]:
                     # get_preset: an unknown size is an error naming the valid ones.
-                    if get_preset(size).family != arch:
+                    if get_preset(size).family != self.family(arch):
                         raise K3ScaleError(
                             f"study: preset {name!r} lists {size!r} under arch {arch!r}"
                         )

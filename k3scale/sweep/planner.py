@@ -18,6 +18,7 @@ from k3scale.config import (
     ScheduleConfig,
     TrackConfig,
     TrainConfig,
+    apply_overrides,
 )
 from k3scale.errors import K3ScaleError
 from k3scale.models import accounting
@@ -33,7 +34,7 @@ MEASURED_STUDIES = Path(__file__).resolve().parents[2] / "analysis" / "results"
 @dataclass(frozen=True, kw_only=True)
 class Cell:
     arch: str
-    """Architecture family (k2 or k3)."""
+    """Architecture family (k2 or k3), or an arm's name (`Study.arms`)."""
     size: str
     """Model preset name."""
     budget_tokens: int
@@ -42,9 +43,16 @@ class Cell:
     """cosine or wsd."""
 
     @property
+    def family(self) -> str:
+        """k2 or k3: the family of its size (an arm's cells carry the arm's name as arch)."""
+        return get_preset(self.size).family
+
+    @property
     def key(self) -> str:
-        """Stable name of the cell: its Optuna study name and MLflow tag."""
-        return f"{self.size}|D{self.budget_tokens}|{self.schedule}"
+        """Stable name of the cell: its Optuna study name and MLflow tag (an arm's cells are
+        prefixed with the arm: its sizes are its family's)."""
+        arm = "" if self.arch == self.family else f"{self.arch}@"
+        return f"{arm}{self.size}|D{self.budget_tokens}|{self.schedule}"
 
     @property
     def slug(self) -> str:
@@ -61,12 +69,46 @@ def plan_cells(study: Study, preset: StudyPreset) -> list[Cell]:
         for budget in preset.budgets_for(size)
         for schedule in study.schedules_of(preset)
     ]
-    return sorted(cells, key=lambda c: (cell_flops(c, preset), c.key))
+    _check_arms(study, preset)
+    return sorted(cells, key=lambda c: (cell_flops(study, c, preset), c.key))
 
 
-def cell_flops(cell: Cell, preset: StudyPreset) -> int:
+def _check_arms(study: Study, preset: StudyPreset) -> None:
+    """Every arm's switches name real config fields with valid values: one clear error before
+    anything runs, not a failed trial per cell."""
+    for arm in study.arms:
+        if arm.name not in study.archs or not preset.sizes.get(arm.name):
+            continue
+        size = preset.sizes[arm.name][0]
+        cell = Cell(arch=arm.name, size=size, budget_tokens=1, schedule=study.schedules[0])
+        try:
+            trial_config(
+                study,
+                preset,
+                cell,
+                lr=1e-3,
+                batch_size=1,
+                seed=0,
+                out_dir=".",
+                data_root=".",
+                tracking_uri=None,
+                tags={},
+            )
+        except K3ScaleError as exc:
+            raise K3ScaleError(f"study {study.name}: arm {arm.name}: {exc}") from None
+
+
+def cell_model(study: Study, cell: Cell):
+    """The cell's model config: its size's preset with its arm's `model.*` switches."""
+    switches = [
+        o.removeprefix("model.") for o in study.overrides(cell.arch) if o.startswith("model.")
+    ]
+    return apply_overrides(get_preset(cell.size), switches)
+
+
+def cell_flops(study: Study, cell: Cell, preset: StudyPreset) -> int:
     """Training compute of one trial of the cell (attention-inclusive FLOPs)."""
-    model = get_preset(cell.size)
+    model = cell_model(study, cell)
     return accounting.flops_per_token(model, preset.seq_len) * cell.budget_tokens
 
 
@@ -93,7 +135,7 @@ def trial_config(
 ) -> RunConfig:
     """The RunConfig of one trial of `cell` at (lr, batch_size, seed); `study_dir` is the folder
     its logged paths are relative to."""
-    model = get_preset(cell.size)
+    model = cell_model(study, cell)
     all_tags = {
         schema.TAG_STUDY: study.name,
         schema.TAG_CELL: cell.key,
@@ -103,12 +145,12 @@ def trial_config(
         schema.TAG_BUDGET_TOKENS: str(cell.budget_tokens),
         **tags,
     }
-    return RunConfig(
+    config = RunConfig(
         model=model,
         data=DataConfig(
             dataset=dataset, root=data_root, seq_len=preset.seq_len, eval_tokens=preset.eval_tokens
         ),
-        optim=OptimConfig(lr=lr, per_head_muon=cell.arch == "k3"),
+        optim=OptimConfig(lr=lr, per_head_muon=cell.family == "k3"),
         schedule=ScheduleConfig(
             kind=cell.schedule,
             warmup_tokens=warmup_tokens(preset, cell.size),
@@ -137,6 +179,10 @@ def trial_config(
             tags=tuple(sorted(all_tags.items())),
         ),
     )
+    # An arm's other switches (the optimizer's): its family's trial with them applied.
+    return apply_overrides(
+        config, [o for o in study.overrides(cell.arch) if not o.startswith("model.")]
+    )
 
 
 def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
@@ -156,7 +202,7 @@ def estimate_cost(study: Study, preset: StudyPreset) -> dict[str, float]:
         ):
             per_trial = round(preset.wsd_decay_fraction * cell.budget_tokens)
         tokens += per_trial * trials
-        flops += per_trial * trials * cell_flops(cell, preset) // cell.budget_tokens
+        flops += per_trial * trials * cell_flops(study, cell, preset) // cell.budget_tokens
     baseline = study.schedules_of(preset)[0]
     shared = (
         sum(cell.schedule != baseline for cell in cells) if runs_shared_arm(study, preset) else 0
@@ -250,16 +296,18 @@ def estimate_wall_s(
     batches = (preset.lr_grid.batch_size,) if preset.lr_grid else preset.search.batch_sizes
     total = 0.0
     for cell, tokens, count in _trial_tokens(study, preset):
-        if cell.arch not in model.per_token_s:
-            raise K3ScaleError(f"no measured throughput of {cell.arch} runs in {model.source}")
-        size = get_preset(cell.size)
+        if cell.family not in model.per_token_s:
+            raise K3ScaleError(f"no measured throughput of {cell.family} runs in {model.source}")
+        size = cell_model(study, cell)
         flops = accounting.flops_per_token(size, preset.seq_len)
         # Batch sizes are searched uniformly (a grid has one): the mean of N / B over them.
         inverse_batch = sum(1 / (b * preset.seq_len) for b in batches) / len(batches)
         per_token = (
-            model.per_token_s[cell.arch]
-            + flops / model.flops_per_s[cell.arch]
-            + accounting.num_params_total(size) * inverse_batch * model.step_s_per_param[cell.arch]
+            model.per_token_s[cell.family]
+            + flops / model.flops_per_s[cell.family]
+            + accounting.num_params_total(size)
+            * inverse_batch
+            * model.step_s_per_param[cell.family]
         )
         total += count * (tokens * per_token + model.trial_overhead_s) * scale
     return total / max(1, slots)

@@ -1,0 +1,110 @@
+"""K3's gain apportioned by component (issue 38): full K3 against K3 with one component switched
+back at a time, each arm tuned on its own LR grid at every cell, all arms on the same seeds.
+
+The K3 report credits its ~2.5x scaling efficiency over K2 to the architectural changes together
+with training and data recipes, and gives no component ablation (the source note). Here each
+arm is K3's trial config with its switches applied (`Arm.overrides`), K2 runs beside them for
+the sum check (the leave-one-out effects against the whole K3-minus-K2 gap), and Muon -> AdamW
+on every matrix is the positive control: an effect the literature puts at 1.1-2x compute.
+
+Not run yet: the `cpu` preset waits for issue 34 (stacked trials and run reuse) and is sized by
+`k3scale study plan --measure` and `k3scale bench calibrate` before it runs; its analysis recipe
+and dashboard layout come with it.
+"""
+
+from k3scale.sweep.declaration import Arm, Study
+from sweeps import ladders, presets
+
+# One arm per component switched back to its K2-side counterpart (or off).
+ARMS = (
+    Arm(
+        name="mla_only",
+        base="k3",
+        overrides=("model.mla_period=1",),
+        note="KDA hybrid -> gated NoPE MLA in every layer",
+    ),
+    Arm(
+        name="ungated_mla",
+        base="k3",
+        overrides=("model.mla.output_gate=false",),
+        note="gated MLA -> ungated MLA",
+    ),
+    Arm(
+        name="rope_mla",
+        base="k3",
+        overrides=("model.mla.rope=true",),
+        note="NoPE -> RoPE on the MLA layers",
+    ),
+    Arm(
+        name="no_attnres",
+        base="k3",
+        overrides=("model.attnres=false",),
+        note="Attention Residuals -> the plain residual sum",
+    ),
+    Arm(
+        name="plain_moe",
+        base="k3",
+        overrides=("model.moe.d_latent=none",),
+        note="Stable LatentMoE -> plain MoE at full width",
+    ),
+    Arm(
+        name="latent_no_norm",
+        base="k3",
+        overrides=("model.moe.latent_norm=false",),
+        note="the latent MoE path without its RMSNorm",
+    ),
+    Arm(
+        name="swiglu",
+        base="k3",
+        overrides=("model.activation=swiglu",),
+        note="SiTU-GLU -> SwiGLU",
+    ),
+    Arm(
+        name="loss_free_balancing",
+        base="k3",
+        overrides=("model.moe.balancing=loss_free",),
+        note="Quantile Balancing -> the loss-free fixed-step bias",
+    ),
+    Arm(
+        name="full_matrix_muon",
+        base="k3",
+        overrides=("optim.per_head_muon=false",),
+        note="Per-Head Muon -> full-matrix Muon",
+    ),
+    Arm(
+        name="adamw",
+        base="k3",
+        overrides=("optim.matrix_optimizer=adamw",),
+        note="positive control: Muon -> AdamW on every matrix",
+    ),
+)
+ARCHS = ("k3", "k2", *(arm.name for arm in ARMS))
+
+
+def sizes(rungs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Every arm on its family's rungs."""
+    return {
+        "k2": ladders.rungs("k2", rungs),
+        "k3": ladders.rungs("k3", rungs),
+        **{arm.name: ladders.rungs(arm.base, rungs) for arm in ARMS},
+    }
+
+
+STUDY = Study(
+    name="k3_ablations",
+    archs=ARCHS,
+    arms=ARMS,
+    schedules=("cosine",),
+    description="full K3 against K3 with one component switched back at a time (and K2), each "
+    "arm tuned per cell on the same seeds; Muon -> AdamW is the positive control",
+    presets={
+        "smoke": presets.smoke(sizes(ladders.SMOKE)),
+        "demo": presets.demo(sizes(ladders.DEMO)),
+        # Provisional, not yet sized (issue 38 item 5): v2's grid design at the two smaller v3
+        # rungs on the v3 seeds; `study plan --measure` and `bench calibrate` set it before it
+        # runs.
+        "cpu": presets.cpu_v3(presets.cpu_v2(sizes(("s1", "s2")), grid_points=4)),
+        "gpu": presets.gpu(sizes(ladders.GPU)),
+        "cluster": presets.cluster(sizes(ladders.CLUSTER)),
+    },
+)
