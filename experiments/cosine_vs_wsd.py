@@ -36,9 +36,9 @@ STUDY = Study(
         "demo": presets.demo(sizes(ladders.DEMO), size_centers={"k3-s1": DEMO_CENTER}),
         "cpu": presets.cpu(sizes(ladders.CPU_SCHEDULES), trials_per_cell=6),
         "cpu_v2": CPU_V2,
-        # v2's layout on fresh seeds (issue 33): 3 seeds give the paired pooled difference a
-        # simulated power of 0.92 at 0.02 nats in about 80 minutes; 2 seeds 0.79, 4 seeds 0.99
-        # at about 97 minutes.
+        # v2's layout on fresh seeds (issue 33), 3 seeds: chosen by the paired pooled
+        # difference's simulated power at its planned minutes against 2 and 4 seeds
+        # (analysis/README.md, "The v3 designs", holds the table).
         "cpu_v3": presets.cpu_v3(CPU_V2),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),

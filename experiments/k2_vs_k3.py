@@ -60,9 +60,9 @@ STUDY = Study(
         ),
         "cpu": presets.cpu(sizes(ladders.CPU)),
         "cpu_v2": CPU_V2,
-        # Three ratios per size for the surface route, on the v3 seeds 3-5: planned 73 min by the
-        # throughput model of the older committed runs (cosine_vs_wsd cpu_v3, planned 82, ran
-        # 48.5); 2 seeds would plan 57 (analysis/README.md compares both by simulated power).
+        # Three ratios per size for the surface route, on the v3 seeds 3-5 (analysis/README.md,
+        # "The v3 designs", compares 2 and 3 seeds by simulated power at their planned minutes;
+        # the studies ran well under plan: cosine_vs_wsd 48.5 min, this one 40.3).
         "cpu_v3": presets.cpu_v3(CPU_V2, budgets_per_param=(5.0, 10.0, 20.0)),
         **BATCH_CHECK,
         "gpu": presets.gpu(sizes(ladders.GPU)),
