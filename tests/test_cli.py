@@ -114,7 +114,7 @@ FROZEN = {
         "--brief --help --markdown --preset --study-dir --tracking-uri -h <study>"
     ),
     "k3scale study run": "--allow-code-change --data-root --dataset --help --preset --ray-address "
-    "--storage --study-dir --tracking-uri -h <study>",
+    "--reuse-runs --storage --study-dir --tracking-uri -h <study>",
     "k3scale study status": "--help --preset --storage --study-dir -h <study>",
     "k3scale study submit": "--address --data-root --dataset --help --preset --storage --study-dir "
     "--tracking-uri -h <study>",
