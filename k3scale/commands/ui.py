@@ -17,14 +17,22 @@ from k3scale.track import schema
 
 DEFAULT_PORT = 5000
 # MLflow 3.17's UI picks its GenAI or model-training pages from `workflowType`: the URL's query
-# first, then the browser's localStorage (set only by the sidebar's switch), else GenAI. No
-# server setting or experiment tag changes that (the experimentKind tag is not read), so links
-# that carry no query (the Experiments list, breadcrumbs) open the GenAI view until a user picks
-# "Model training" once per browser and address.
+# first, then the browser's localStorage (written by the sidebar's switch), else GenAI. No server
+# setting or experiment tag changes that (the experimentKind tag is not read). The server runs
+# k3scale's MLflow app plugin (k3scale/track/ui_app.py), whose index.html stores the
+# model-training choice in a browser that has made none, so links without the query (the
+# Experiments list, breadcrumbs) open model-training pages too; a view picked in the sidebar
+# replaces that choice and sticks. The printed links still carry the query, which wins anyway.
 TRAINING_VIEW = "workflowType=machine_learning"
 TRAINING_VIEW_HINT = (
+    "other links open MLflow's model-training view too, until another view is picked in the "
+    "sidebar (remembered per browser and address)"
+)
+# An editable install older than the plugin's entry point runs MLflow's plain app.
+PLAIN_VIEW_HINT = (
     "links without that query (the Experiments list, breadcrumbs) open MLflow's GenAI view until "
-    "'Model training' is picked once in the sidebar (remembered per browser and address)"
+    "'Model training' is picked once in the sidebar; `pip install --no-deps -e .` in the k3scale "
+    "checkout registers the app that opens model training by default"
 )
 
 
@@ -120,6 +128,7 @@ def experiment_id_by_name(server_url: str, name: str) -> str | None:
 
 
 def run_ui(args) -> int:
+    from k3scale.track import ui_app
     from k3scale.track.server import log_tail, start_local_server, study_store
 
     if not _is_loopback(args.host):
@@ -153,7 +162,8 @@ def run_ui(args) -> int:
         print(f"MLflow UI and tracking URI: {server.url}  (log {log_path}; Ctrl-C stops it)")
         print(f"train against it with: k3scale train --tracking-uri {server.url}", flush=True)
         print(f"runs: {runs_url(server.url, _study_experiment(args, server.url))}", flush=True)
-        print(f"  ({TRAINING_VIEW_HINT})", flush=True)
+        hint = TRAINING_VIEW_HINT if ui_app.registered() else PLAIN_VIEW_HINT
+        print(f"  ({hint})", flush=True)
         while server.alive():
             time.sleep(0.5)
         raise K3ScaleError(f"MLflow server exited unexpectedly: {log_tail(log_path)}")

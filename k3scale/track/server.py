@@ -178,7 +178,16 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def server_command(backend_uri: str, artifacts_dir: Path, host: str, port: int) -> list[str]:
-    """The `mlflow server` command line of the lean server (platform.md section 4)."""
+    """The `mlflow server` command line of the lean server (platform.md section 4).
+
+    It runs MLflow's app through the `k3scale-ui` app plugin (k3scale/track/ui_app.py), whose
+    UI opens on model-training pages for a browser that has not picked a view; the REST API is
+    MLflow's own. Where the plugin is not registered (an editable install older than the entry
+    point), the server is MLflow's plain one.
+    """
+    from k3scale.track import ui_app
+
+    app = ["--app-name", ui_app.APP_NAME] if ui_app.registered() else []
     return [
         sys.executable,
         "-m",
@@ -194,6 +203,7 @@ def server_command(backend_uri: str, artifacts_dir: Path, host: str, port: int) 
         str(port),
         "--workers",
         "1",
+        *app,
     ]
 
 

@@ -3,14 +3,17 @@
 Runs the smoke preset of `experiments/k2_vs_k3.py`, serves its folder with `k3scale ui`, and
 drives headless Chromium (Playwright, the system's /usr/bin/chromium) through MLflow 3.17's UI:
 the experiment's runs list shows every run, and with the arch, schedule, size and budget tag
-columns added through the "Columns" picker each row shows its run's tag values; one run's
-"Model metrics" tab draws its `train/loss` curve with one vertex per logged step. Screenshots
-land in the test's tmp folder and their paths are printed.
+columns added through the "Columns" picker each row shows its run's tag values; a new browser
+opens the experiment from the Experiments list on its runs (model training, not GenAI) and
+keeps a GenAI choice made in the sidebar; one run's "Model metrics" tab draws its `train/loss`
+curve with one vertex per logged step. Screenshots land in the test's tmp folder and their paths
+are printed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -26,6 +29,7 @@ from k3scale.commands.ui import runs_url
 from k3scale.data.sample import prepare_sample
 from k3scale.track import schema
 from k3scale.track.sending import RUNS_VIEW_COLUMNS
+from k3scale.track.ui_app import WORKFLOW_KEY
 from tests.sweep.test_study_runs import K2_VS_K3, mlflow_runs, run_to_end
 from tests.track.ui_server import read_ui_url
 
@@ -122,16 +126,35 @@ def check_runs_list(page, url: str, experiment_id: str, runs: list, shots: Path)
     page.screenshot(path=shots / "runs-list-tags.png")
 
 
-def check_experiments_list_after_choosing_training(page, url: str, shots: Path) -> None:
-    """From the Experiments list, once "Model training" is picked in the sidebar (what
-    `k3scale ui` tells a user to do once), the experiment opens on its runs, not on GenAI.
-    (MLflow 3.17 routes on the browser's choice alone: no tag or server setting changes it.)"""
+def workflow_choice(page) -> str | None:
+    """The browser's stored GenAI/model-training choice (MLflow 3.17's localStorage key)."""
+    return page.evaluate(f"window.localStorage.getItem({json.dumps(WORKFLOW_KEY)})")
+
+
+def check_new_browser_opens_training_and_keeps_a_choice(
+    page, url: str, experiment_id: str, num_runs: int, shots: Path
+) -> None:
+    """A browser that never chose a view: from the Experiments list (a link without
+    `?workflowType=`) the experiment opens on its runs, not on GenAI, with nothing clicked first
+    (the page of `k3scale ui` stores the model-training choice). Once the user picks "GenAI" in
+    the sidebar, a reload keeps that choice and a bare experiment link opens GenAI."""
     page.goto(f"{url}/#/experiments", wait_until="load")
-    page.get_by_text("Model training", exact=True).first.click()
     page.get_by_text(STUDY, exact=True).first.click()
-    page.get_by_text("matching runs").first.wait_for(timeout=UI_WAIT_MS)
+    page.get_by_text(f"{num_runs} matching runs").wait_for(timeout=UI_WAIT_MS)
     page.screenshot(path=shots / "experiments-list-to-runs.png")
+    assert page.get_by_text("matching runs").first.is_visible()
     assert "/runs" in page.url and "Detect Issues" not in page.content()
+    assert workflow_choice(page) == json.dumps("machine_learning")
+
+    page.get_by_text("GenAI", exact=True).first.click()
+    page.get_by_text("Detect Issues").first.wait_for(timeout=UI_WAIT_MS)
+    page.reload(wait_until="load")
+    page.get_by_text("Detect Issues").first.wait_for(timeout=UI_WAIT_MS)
+    assert workflow_choice(page) == json.dumps("genai"), "the page overwrote the user's choice"
+    page.goto(f"{url}/#/experiments/{experiment_id}", wait_until="load")
+    page.get_by_text("Detect Issues").first.wait_for(timeout=UI_WAIT_MS)
+    page.screenshot(path=shots / "genai-choice-kept.png")
+    assert "matching runs" not in page.content() and workflow_choice(page) == json.dumps("genai")
 
 
 def check_train_loss_chart(page, run, history: list, shots: Path) -> None:
@@ -183,7 +206,9 @@ def test_study_runs_tags_and_loss_curve_show_in_the_mlflow_ui(tmp_path):
             check_runs_list(page, url, experiment_id, runs, shots)
             # A new user's browser: nothing chosen yet in its localStorage.
             fresh = browser.new_context(viewport=VIEWPORT).new_page()
-            check_experiments_list_after_choosing_training(fresh, url, shots)
+            check_new_browser_opens_training_and_keeps_a_choice(
+                fresh, url, experiment_id, len(runs), shots
+            )
             check_train_loss_chart(page, opened, history, shots)
         finally:
             browser.close()
