@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from k3scale.config import (
     DataConfig,
@@ -23,7 +24,7 @@ from k3scale.config import (
 from k3scale.errors import K3ScaleError
 from k3scale.models import accounting
 from k3scale.models.presets import get_preset
-from k3scale.sweep.declaration import Study, StudyPreset
+from k3scale.sweep.declaration import Arch, Study, StudyPreset
 from k3scale.track import schema
 
 # Committed study results (run tables with per-step tokens/s and MFU) the wall-clock estimate of
@@ -51,7 +52,7 @@ class Cell:
     def key(self) -> str:
         """Stable name of the cell: its Optuna study name and MLflow tag (an arm's cells are
         prefixed with the arm: its sizes are its family's)."""
-        arm = "" if self.arch == self.family else f"{self.arch}@"
+        arm = "" if self.arch in get_args(Arch) else f"{self.arch}@"
         return f"{arm}{self.size}|D{self.budget_tokens}|{self.schedule}"
 
     @property
