@@ -11,13 +11,26 @@ MLflow's unchanged app, with one difference: the page at `/` (index.html, the UI
 carries a short inline script that stores "machine_learning" under that key when the browser has
 no choice yet. A choice made later in the sidebar overwrites it and stays. Every other route,
 the tracking REST API included, is MLflow's own handler on MLflow's own app object.
+
+The runs table's columns and sort come from the browser too: MLflow keeps them per experiment
+under the localStorage key RUNS_STATE_KEY (empty: MLflow's default columns), and applies the
+experiment's k3scale view (tag `mlflow.sharedViewState.k3scale`) only for a link with
+`viewStateShareKey=k3scale`. So the same script also reads the experiments (one synchronous
+request to the server's REST API, before MLflow's bundle runs) and, for each one carrying that
+tag, stores the view's state under its key when the browser has none: the k3scale columns then
+show from every entry point (Experiments list, breadcrumbs) for a browser with no column choice
+of its own, and a choice of its own is never overwritten.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
+from string import Template
+
+from k3scale.track import schema
 
 APP_NAME = "k3scale-ui"
 ENTRY_POINT_GROUP = "mlflow.app"
@@ -26,15 +39,39 @@ ENTRY_POINT = "k3scale.track.ui_app:create_app"
 WORKFLOW_KEY = "mlflow.workflowType_v1"
 TRAINING_WORKFLOW = "machine_learning"
 # Only when the key is absent; try/catch: a browser that blocks storage still gets the page.
-DEFAULT_VIEW_SCRIPT = (
-    "<script>try{if(window.localStorage.getItem('" + WORKFLOW_KEY + "')===null)"
+WORKFLOW_SCRIPT = (
+    "try{if(window.localStorage.getItem('" + WORKFLOW_KEY + "')===null)"
     "window.localStorage.setItem('"
     + WORKFLOW_KEY
     + "',JSON.stringify('"
     + TRAINING_WORKFLOW
     + "'))"
-    "}catch(e){}</script>"
+    "}catch(e){}"
 )
+
+# MLflow 3.17's per-experiment runs-table state (selectedColumns, orderByKey, orderByAsc, ...):
+# ["MLflowLocalStorage", "1.1", "ExperimentPage-" + JSON.stringify(sorted ids),
+# "ReactComponentState"].join("-"); a partial JSON object is fine.
+RUNS_STATE_KEY = 'MLflowLocalStorage-1.1-ExperimentPage-["<experiment id>"]-ReactComponentState'
+RUNS_VIEW_TAG = schema.MLFLOW_SHARED_VIEW_PREFIX + schema.RUNS_VIEW_KEY
+# The path MLflow's UI itself requests, relative to the page (so under any --static-prefix).
+EXPERIMENTS_URL = "ajax-api/2.0/mlflow/experiments/search?max_results=1000"
+# Synchronous: it runs before MLflow's bundle reads the keys. Fails silently, key by key.
+_RUNS_VIEW_JS = Template("""\
+try{var s=window.localStorage,x=new XMLHttpRequest();x.open('GET',${url},false);x.send();\
+if(x.status===200)(JSON.parse(x.responseText).experiments||[]).forEach(function(e){\
+try{(e.tags||[]).forEach(function(t){if(t.key!==${tag})return;\
+var k=${prefix}+JSON.stringify([e.experiment_id])+${suffix},v=JSON.parse(JSON.parse(t.value).state);\
+if(s.getItem(k)===null&&v&&typeof v==='object')s.setItem(k,JSON.stringify(v))})}catch(r){}})\
+}catch(e){}""")
+_PREFIX, _SUFFIX = RUNS_STATE_KEY.split('["<experiment id>"]')
+RUNS_VIEW_SCRIPT = _RUNS_VIEW_JS.substitute(
+    url=json.dumps(EXPERIMENTS_URL),
+    tag=json.dumps(RUNS_VIEW_TAG),
+    prefix=json.dumps(_PREFIX),
+    suffix=json.dumps(_SUFFIX),
+)
+DEFAULT_VIEW_SCRIPT = "<script>" + WORKFLOW_SCRIPT + RUNS_VIEW_SCRIPT + "</script>"
 _HEAD = re.compile(r"<head[^>]*>", re.IGNORECASE)
 
 

@@ -4,8 +4,8 @@ Runs the smoke preset of `experiments/k2_vs_k3.py`, serves its folder with `k3sc
 drives headless Chromium (Playwright, the system's /usr/bin/chromium) through MLflow 3.17's UI:
 the experiment's runs list shows every run, and with the arch, schedule, size and budget tag
 columns added through the "Columns" picker each row shows its run's tag values; a new browser
-opens the experiment from the Experiments list on its runs (model training, not GenAI) and
-keeps a GenAI choice made in the sidebar; one run's "Model metrics" tab draws its `train/loss`
+opens the experiment from the Experiments list on its runs (model training, not GenAI) with the
+k3scale view's columns, keeps a column set of its own, and keeps a GenAI choice made in the sidebar; one run's "Model metrics" tab draws its `train/loss`
 curve with one vertex per logged step. Screenshots land in the test's tmp folder and their paths
 are printed.
 """
@@ -29,7 +29,7 @@ from k3scale.commands.ui import runs_url
 from k3scale.data.sample import prepare_sample
 from k3scale.track import schema
 from k3scale.track.sending import RUNS_VIEW_COLUMNS
-from k3scale.track.ui_app import WORKFLOW_KEY
+from k3scale.track.ui_app import RUNS_STATE_KEY, WORKFLOW_KEY
 from tests.sweep.test_study_runs import K2_VS_K3, mlflow_runs, run_to_end
 from tests.track.ui_server import read_ui_url
 
@@ -136,7 +136,8 @@ def check_new_browser_opens_training_and_keeps_a_choice(
 ) -> None:
     """A browser that never chose a view: from the Experiments list (a link without
     `?workflowType=`) the experiment opens on its runs, not on GenAI, with nothing clicked first
-    (the page of `k3scale ui` stores the model-training choice). Once the user picks "GenAI" in
+    (the page of `k3scale ui` stores the model-training choice) and shows the k3scale view's
+    columns; a column set of the browser's own survives a reload. Once the user picks "GenAI" in
     the sidebar, a reload keeps that choice and a bare experiment link opens GenAI."""
     page.goto(f"{url}/#/experiments", wait_until="load")
     page.get_by_text(STUDY, exact=True).first.click()
@@ -145,6 +146,22 @@ def check_new_browser_opens_training_and_keeps_a_choice(
     assert page.get_by_text("matching runs").first.is_visible()
     assert "/runs" in page.url and "Detect Issues" not in page.content()
     assert workflow_choice(page) == json.dumps("machine_learning")
+    # The k3scale view's columns, though the link carried no `viewStateShareKey`.
+    for column in RUNS_VIEW_COLUMNS:
+        header = page.locator(f'.ag-header-cell[col-id="{column}"]')
+        header.wait_for(timeout=UI_WAIT_MS)
+        assert header.count() == 1, column
+    # A column choice of the browser's own is not overwritten by the page on reload.
+    key = RUNS_STATE_KEY.replace('["<experiment id>"]', json.dumps([experiment_id]))
+    own = json.dumps({"selectedColumns": [RUNS_VIEW_COLUMNS[0]]})
+    page.evaluate("([k, v]) => window.localStorage.setItem(k, v)", [key, own])
+    page.reload(wait_until="load")
+    page.get_by_text(f"{num_runs} matching runs").wait_for(timeout=UI_WAIT_MS)
+    page.locator(f'.ag-header-cell[col-id="{RUNS_VIEW_COLUMNS[0]}"]').wait_for(timeout=UI_WAIT_MS)
+    assert page.locator(f'.ag-header-cell[col-id="{RUNS_VIEW_COLUMNS[1]}"]').count() == 0
+    # (MLflow itself writes its whole state back under the key: compare the columns.)
+    kept = json.loads(page.evaluate("k => window.localStorage.getItem(k)", key))
+    assert kept["selectedColumns"] == [RUNS_VIEW_COLUMNS[0]], kept
 
     page.get_by_text("GenAI", exact=True).first.click()
     page.get_by_text("Detect Issues").first.wait_for(timeout=UI_WAIT_MS)

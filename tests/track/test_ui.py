@@ -116,8 +116,8 @@ def test_ui_on_a_non_loopback_host_needs_i_know(tmp_path):
 
 def test_the_ui_page_defaults_a_new_browser_to_model_training(tmp_path):
     """The server of `k3scale ui` runs MLflow's app through the k3scale-ui plugin: its index.html
-    holds the script that stores the model-training choice once, and the REST API answers as
-    MLflow's own. (Needs the entry point registered: `pip install --no-deps -e .`.)"""
+    holds the script that stores the model-training choice and the k3scale runs columns once,
+    and the REST API answers as MLflow's own (the path that script reads included). (Needs the entry point registered: `pip install --no-deps -e .`.)"""
     assert ui_app.registered(), "entry point mlflow.app:k3scale-ui missing: pip install -e ."
     process = _start_ui(tmp_path)
     try:
@@ -126,11 +126,19 @@ def test_the_ui_page_defaults_a_new_browser_to_model_training(tmp_path):
         assert status == 200 and content_type.startswith("text/html")
         assert page.count(ui_app.DEFAULT_VIEW_SCRIPT) == 1
         assert page.count("mlflow.workflowType_v1") == 2  # getItem and setItem, nothing else
+        # And the runs view's columns for each experiment with the k3scale view tag.
+        assert page.count(ui_app.RUNS_VIEW_SCRIPT) == 1
+        assert page.count('"mlflow.sharedViewState.k3scale"') == 1
+        assert page.count("-ReactComponentState") == 1
         assert page.index(ui_app.DEFAULT_VIEW_SCRIPT) < page.index("static-files/static/js/main")
         assert "no-cache" in cache  # no 304 can keep a page cached without the script
         status, content_type, _, body = _get(
             f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
         )
+        assert status == 200 and content_type.startswith("application/json")
+        assert [e["name"] for e in json.loads(body)["experiments"]] == ["Default"]
+        # The request the page's script makes (a GET, relative to the page).
+        status, content_type, _, body = _get(f"{url}/{ui_app.EXPERIMENTS_URL}")
         assert status == 200 and content_type.startswith("application/json")
         assert [e["name"] for e in json.loads(body)["experiments"]] == ["Default"]
         process.send_signal(signal.SIGINT)
