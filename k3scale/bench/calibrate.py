@@ -16,6 +16,7 @@ with compute that the truth does not have, whatever the route's estimand on the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling import study
+from k3scale.scaling import ablation, study
 from k3scale.scaling.estimates import compute_optimal
 from k3scale.scaling.inputs import tables
 from k3scale.scaling.inputs.simulate import Design, SimCell, Truth, simulate_runs, simulated_tables
@@ -32,6 +33,11 @@ from k3scale.scaling.values import verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("cosine_vs_wsd", "k2_vs_k3")
+# The ablation study is calibrated on request (`--study k3_ablations`): its "anchors" truth puts
+# each anchored component at its published worth to K3 (analysis/k3_ablations.py ANCHORS) and
+# every other one at 1, with K3 at 2.5x over K2.
+ABLATIONS = "k3_ablations"
+ANCHORED_WORTH = {"mla_only": 1.16, "no_attnres": 1.25, "adamw": 1.4}
 SCHEDULE_DIFF = 0.02
 K3_MULTIPLIER = 2.5
 # The smaller advantage whose power issue 33 asks for: K3 at 1.5x compute (6ND).
@@ -43,16 +49,15 @@ DEFAULT_NOISE = 0.02
 def design_from_study(name: str, preset: str) -> Design:
     """The layout of `experiments/<name>.py` at `preset`: cells, search, trials, seeds, trunks."""
     from k3scale.models import accounting
-    from k3scale.models.presets import get_preset
     from k3scale.sweep.declaration import load_study
     from k3scale.sweep.grid import grid_lrs
-    from k3scale.sweep.planner import plan_cells
+    from k3scale.sweep.planner import cell_model, plan_cells
 
     declared = load_study(ROOT / "experiments" / f"{name}.py")
     p = declared.preset(preset)
     cells = []
     for cell in plan_cells(declared, p):
-        model = get_preset(cell.size)
+        model = cell_model(declared, cell)  # an arm's switches change N and FLOPs
         cells.append(
             SimCell(
                 arch=cell.arch,
@@ -62,6 +67,7 @@ def design_from_study(name: str, preset: str) -> Design:
                 flops_per_token_attn=float(accounting.flops_per_token(model, p.seq_len)),
                 budget_tokens=cell.budget_tokens,
                 schedule=cell.schedule,
+                key=cell.key,
             )
         )
     design = Design(
@@ -138,8 +144,16 @@ def what_if(design: Design, lr_grid: int | None, seeds: int | None) -> Design:
 
 
 def scenarios(name: str, noise_sd: float, seeds: dict | None = None) -> dict[str, Truth]:
-    """The three truths of a study; `seeds` holds Truth's seed-effect fields (default none)."""
+    """The truths of a study; `seeds` holds Truth's seed-effect fields (default none)."""
     seeds = seeds or {}
+    if name == ABLATIONS:
+        anchored = tuple((arm, K3_MULTIPLIER / m) for arm, m in ANCHORED_WORTH.items())
+        return {
+            "no_effect": Truth(multiplier=1.0, noise_sd=noise_sd, **seeds),
+            "anchors": Truth(
+                multiplier=K3_MULTIPLIER, arch_multipliers=anchored, noise_sd=noise_sd, **seeds
+            ),
+        }
     if name == "cosine_vs_wsd":
         diffs = {"no_effect": 0.0, "report_direction": -SCHEDULE_DIFF, "opposite": SCHEDULE_DIFF}
         return {k: Truth(schedule_diff=v, noise_sd=noise_sd, **seeds) for k, v in diffs.items()}
@@ -261,6 +275,8 @@ def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str
     runs = simulate_runs(design, truth, seed)
     estimates, noise = study.cell_estimates(runs, opts)
     scores: dict[str, list] = {}
+    if design.study == ABLATIONS:
+        return _ablation_scores(design, truth, estimates, noise, opts)
     if design.study == "cosine_vs_wsd":
         comparison = study.schedule_comparison(estimates, noise, "cosine", opts)
         shared_truth = truth.schedule_diff - truth.kappa_lr * np.log(truth.wsd_lr_factor) ** 2
@@ -298,6 +314,38 @@ def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str
     multipliers = _multiplier_scores(estimates, truth, design, group_key, baseline, opts)
     for name, entry in multipliers.items():
         scores[name] = [entry or (None, None, verdict.not_identified("arms missing"), None)]
+    return scores
+
+
+@functools.cache
+def _ablation_truth(design: Design, truth: Truth) -> dict[str, tuple[float, float]]:
+    """arm -> (loss difference, multiplier) the estimator reads from noise-free runs: what it
+    estimates on this design (its fixed cells are not compute-optimal, so that is within a few
+    percent of the truth's k, not k itself; arm_effects says by how much)."""
+    quiet = dataclasses.replace(truth, noise_sd=0.0, seed_sd=0.0, cell_seed_sd=0.0)
+    opts = study.StudyOptions(num_resamples=20, seed=0)
+    estimates, _ = study.cell_estimates(simulate_runs(design, quiet, 0), opts)
+    effects = ablation.component_effects(estimates, _ablation_design(), "c_6n")
+    return {arm: (e.loss.mean.value, e.multiplier.value) for arm, e in effects.effects.items()}
+
+
+@functools.cache
+def _ablation_design():
+    from k3scale.scaling.artifact import load_recipe
+
+    return load_recipe(ABLATIONS).declared()
+
+
+def _ablation_scores(design, truth, estimates, noise, opts) -> dict[str, list]:
+    """Per arm: its pooled loss difference and multiplier (6ND) against the noise-free reading,
+    and the sum check's share of the gap."""
+    effects = ablation.component_effects(estimates, _ablation_design(), "c_6n")
+    true = _ablation_truth(design, truth)
+    scores: dict[str, list] = {"rerun_new_seed": _rerun_scores(estimates, noise, opts)}
+    for arm, e in effects.effects.items():
+        loss, m = e.loss.mean, e.multiplier
+        scores[f"diff_{arm}"] = [(loss.value, loss.interval, loss.verdict.to_json(), true[arm][0])]
+        scores[f"M_{arm}"] = [(m.value, m.interval, m.verdict.to_json(), true[arm][1])]
     return scores
 
 
@@ -376,6 +424,13 @@ def calibrate(
             parts = [_score_many(j) for j in jobs]
         scores = [s for part in parts for s in part]
         k = truth.multiplier if name == "k2_vs_k3" else None
+        if name == ABLATIONS:
+            worth = {"k2": truth.multiplier, **dict.fromkeys(_ablation_design().sum_arms, 1.0)}
+            worth |= {arm: K3_MULTIPLIER / k for arm, k in truth.arch_multipliers}
+            k = None
+            design_value = {f"M_{arm}": v for arm, v in worth.items()}
+            out[scenario] = summarise(scores, design_value)
+            continue
         # The truth's multiplier is constant in compute: M = k, and its rate is 0.
         design_value = {q: k for q in scores[0] if q.startswith("M_")} if k else {}
         design_value |= {q: 0.0 for q in scores[0] if q.startswith("rate_")} if k else {}

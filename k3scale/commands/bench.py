@@ -45,7 +45,11 @@ def register(sub) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke check)")
     cal = parser.add_argument_group("calibrate")
-    cal.add_argument("--study", choices=("cosine_vs_wsd", "k2_vs_k3"), help="default: both")
+    cal.add_argument(
+        "--study",
+        choices=("cosine_vs_wsd", "k2_vs_k3", "k3_ablations"),
+        help="default: cosine_vs_wsd and k2_vs_k3",
+    )
     cal.add_argument("--preset", help="study preset whose design is simulated (default cpu)")
     cal.add_argument("--studies", type=int, help="simulated studies per scenario (default 200)")
     cal.add_argument("--workers", type=int, help="processes (default 2)")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from k3scale.scaling.headline import reason_text
 from k3scale.scaling.values.fitdoc import (
     Comparison,
     PooledDifference,
     read_comparisons,
     read_schedule_comparison,
 )
+from k3scale.scaling.values.text import reason_text
 from k3scale.scaling.values.uncertainty import Estimate
 
 # The FLOP convention the answers read (the K3 report's multiplier is in 6 N D).

@@ -11,11 +11,10 @@ more than `verdict.PRINT_DECADES` decades is printed.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from typing import Any
 
-from k3scale.scaling.values import verdict
+from k3scale.scaling import component_text
 from k3scale.scaling.values.fitdoc import (
     CellDifference,
     CellOptimumRecord,
@@ -26,8 +25,14 @@ from k3scale.scaling.values.fitdoc import (
     read_schedule_comparison,
     sign_of,
 )
+from k3scale.scaling.values.text import (
+    diff_text,
+    interval,
+    number,
+    ratio_text,
+    reason_text,
+)
 from k3scale.scaling.values.uncertainty import Estimate
-from k3scale.scaling.values.verdict import Verdict
 
 SIGN = "negative: {ref} lower"
 
@@ -41,6 +46,10 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
         lines += _schedule_lines(comparison)
     if "compute_optimal" in results:
         lines += _multiplier_lines(read_comparisons(results))
+    effects = component_text.read(results)
+    if effects:
+        # The first FLOP convention's lines (6ND); the table gives every convention.
+        lines += component_text.lines(effects[min(effects)])
     if "rerun_check" in results:
         lines.append(rerun_text(results["rerun_check"]))
     if results.get("run_noise", {}).get("seed_effects") and comparison is None:
@@ -81,50 +90,6 @@ def seed_effects_text(seeds: dict) -> str:
         f"seed effects: study-wide sd {number(seeds['shared_sd'])} ({seeds['shared_df']} df; "
         f"{effects}), within a cell sd {number(seeds['cell_sd'])} ({seeds['cell_df']} df{share})"
     )
-
-
-def number(value: float | None, digits: int = 3) -> str:
-    """`value` to `digits` significant digits; None (NaN in the artifact) is 'undefined'."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "undefined"
-    return f"{value:.{digits}g}"
-
-
-def loss_diff(value: float | None) -> str:
-    return "undefined" if value is None else f"{value:+.3f}"
-
-
-def interval(ci: list | None, fmt=number) -> str:
-    if not ci or ci[0] is None or ci[1] is None:
-        return "[no interval]"
-    return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
-
-
-def ratio_text(e: Estimate) -> str:
-    """A multiplier with its interval, or 'not identified (reason)' (interval only if printable)."""
-    if e.identified:
-        return f"{number(e.value)} {interval(e.interval)}"
-    shown = ""
-    ci = e.interval
-    bounded = e.value is not None and ci and ci[0] and ci[1] and ci[0] > 0
-    if bounded and math.log10(ci[1] / ci[0]) <= verdict.PRINT_DECADES:
-        shown = f"{number(e.value)} {interval(ci)}, "
-    return f"{shown}{reason_text(e.verdict)}"
-
-
-def diff_text(e: Estimate) -> str:
-    if e.identified:
-        return f"{loss_diff(e.value)} {interval(e.interval, loss_diff)}"
-    return reason_text(e.verdict)
-
-
-def reason_text(ruling: Verdict) -> str:
-    return f"not identified ({ruling.reason})"
-
-
-def verdict_text(ruling: Verdict) -> str:
-    """'identified', or 'not identified (reason)' as the report prints it."""
-    return "identified" if ruling.identified else reason_text(ruling)
 
 
 def _schedule_lines(comparison: ScheduleComparison) -> list[str]:
@@ -283,6 +248,8 @@ def markdown_tables(doc: dict[str, Any]) -> str:
         parts.append(_schedule_table(comparison))
     if "compute_optimal" in results:
         parts.append(_multiplier_table(read_comparisons(results)))
+    if "component_effects" in results:
+        parts.append(component_text.table(component_text.read(results)))
     return "\n\n".join(p for p in parts if p) + "\n"
 
 

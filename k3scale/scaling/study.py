@@ -295,7 +295,7 @@ def cell_records(estimates: list[CellEstimate]) -> list[CellOptimumRecord]:
     return [e.record() for e in estimates]
 
 
-def _design_cells(estimates: list[CellEstimate]):
+def design_cells(estimates: list[CellEstimate]):
     """`key(e)` -> (rung, budget rank) of a cell: "k3-t2" and "k2-t2" are the same rung of two
     arms' ladders, and a budget is matched by its rank among its size's budgets, so designs with
     one token budget list and designs with budgets in tokens per parameter (each size its own
@@ -321,7 +321,7 @@ def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict
     groups = sorted({e.cell[group_key] for e in estimates})
     if not groups:
         return {}
-    _design_cell = _design_cells(estimates)
+    _design_cell = design_cells(estimates)
     common = set.intersection(
         *(
             {_design_cell(e) for e in estimates if e.cell[group_key] == g and e.optimum.identified}
@@ -335,17 +335,21 @@ def arm_optima(estimates: list[CellEstimate], group_key: str, conv: str) -> dict
             for e in estimates
             if e.cell[group_key] == g and e.optimum.identified and _design_cell(e) in common
         ]
-        if not mine or any(e.optimum.draws is None for e in mine):
-            continue
-        arms[g] = compute_optimal.ArmOptima(
-            name=g,
-            n=np.array([e.n for e in mine]),
-            d=np.array([e.tokens for e in mine]),
-            compute=np.array([e.compute[conv] for e in mine]),
-            loss=np.array([e.optimum.loss for e in mine]),
-            draws=np.column_stack([e.optimum.draws for e in mine]),
-        )
+        if mine and all(e.optimum.draws is not None for e in mine):
+            arms[g] = arm_of_cells(g, mine, conv)
     return arms
+
+
+def arm_of_cells(name: str, cells: list[CellEstimate], conv: str) -> compute_optimal.ArmOptima:
+    """Cells with identified optima and draws as one arm's compute_optimal.ArmOptima."""
+    return compute_optimal.ArmOptima(
+        name=name,
+        n=np.array([e.n for e in cells]),
+        d=np.array([e.tokens for e in cells]),
+        compute=np.array([e.compute[conv] for e in cells]),
+        loss=np.array([e.optimum.loss for e in cells]),
+        draws=np.column_stack([e.optimum.draws for e in cells]),
+    )
 
 
 def compute_optimal_comparison(

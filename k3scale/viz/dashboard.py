@@ -19,6 +19,7 @@ import polars as pl
 
 from k3scale.errors import K3ScaleError
 from k3scale.viz import (
+    components,
     curves,
     frontier,
     hp,
@@ -111,6 +112,8 @@ def generic_panels(inputs: DashboardInputs, page: PanelList) -> None:
         page.add(frontier.frontier_panel, inputs.runs, inputs.fits, inputs.metric, compute)
     for conv, _, new in inputs.fits.multipliers():
         page.add(frontier.multiplier_panel, inputs.fits, conv, new)
+    for conv in inputs.fits.component_effects:
+        page.add(components.forest_panel, inputs.fits, conv)
     if {"cosine", "wsd"} <= set(inputs.schedules()):
         page.add(schedules.schedule_comparison_panel, inputs.fits)
         add_lr_sweeps(inputs, page, "schedule", "cosine")

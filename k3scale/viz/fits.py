@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3scale.errors import K3ScaleError
+from k3scale.scaling import component_text
 from k3scale.scaling.answers import answer_lines
 from k3scale.scaling.headline import headline_lines
 from k3scale.scaling.values import fitdoc
+from k3scale.scaling.values.components import ComponentEffects
 from k3scale.scaling.values.fitdoc import (
     CellOptimumRecord,
     Comparison,
@@ -37,6 +39,8 @@ class DashboardFits:
     cell_optima: tuple[CellOptimumRecord, ...] = ()
     comparisons: dict[str, Comparison] = field(default_factory=dict)
     """`compute_optimal` by FLOP convention: frontiers by route and M(C)."""
+    component_effects: dict[str, ComponentEffects] = field(default_factory=dict)
+    """An ablation's `component_effects` by FLOP convention."""
     schedule_comparison: ScheduleComparison | None = None
     isoflop: dict[tuple[str, str], FitResult | SkippedFit] = field(default_factory=dict)
     """(arch, conv) -> `per_arch.<arch>.isoflop.<conv>`."""
@@ -83,6 +87,7 @@ class DashboardFits:
             loss=str(options.get("loss", "")),
             cell_optima=tuple(fitdoc.read_cell_optima(results)),
             comparisons=fitdoc.read_comparisons(results),
+            component_effects=component_text.read(results),
             schedule_comparison=fitdoc.read_schedule_comparison(results),
             isoflop=fitdoc.read_isoflop(results),
             hp_laws=hp_laws,

@@ -12,8 +12,9 @@ import plotly.graph_objects as go
 import polars as pl
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import rate_text, ratio_text, reason_text, verdict_text
+from k3scale.scaling.headline import rate_text
 from k3scale.scaling.values.fitdoc import ArmFrontier, CellOptimumRecord, Comparison
+from k3scale.scaling.values.text import ratio_text, reason_text, verdict_text
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.viz import theme
 from k3scale.viz.fits import DashboardFits

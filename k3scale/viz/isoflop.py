@@ -14,10 +14,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import verdict_text
 from k3scale.scaling.laws.isoflop import compute_level
 from k3scale.scaling.values.fitdoc import CellOptimumRecord, SkippedFit
 from k3scale.scaling.values.result import FitResult
+from k3scale.scaling.values.text import verdict_text
 from k3scale.viz import theme
 from k3scale.viz.fits import DashboardFits
 from k3scale.viz.panel import Panel

@@ -1,7 +1,7 @@
 """Loss against peak LR in every design cell, both arms on one axis: each arm's own tuning.
 
 A design cell is a (rung, budget rank) pair, so "k2-t2" and "k3-t2" share a subplot (the two
-archs' ladders have the same rungs; k3scale/scaling/study.py `_design_cells`). Per arm: every finished
+archs' ladders have the same rungs; k3scale/scaling/study.py `design_cells`). Per arm: every finished
 tuned trial (faint), the trials at the arm's best batch joined by a line (the LR slice through
 the landscape), the best trial (large; open when at an edge of the LRs tried) and its seed
 re-runs. The reference arm's best LR is the shared setting: a grey dotted line, and the runs of

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import diff_text, interval, reason_text, shared_text
+from k3scale.scaling.headline import shared_text
 from k3scale.scaling.values.fitdoc import (
     CellDifference,
     CellOptimumRecord,
@@ -23,6 +23,7 @@ from k3scale.scaling.values.fitdoc import (
     ScheduleComparison,
     sign_of,
 )
+from k3scale.scaling.values.text import diff_text, interval, reason_text
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.viz import theme
 from k3scale.viz.fits import DashboardFits

@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import verdict_text
 from k3scale.scaling.values.fitdoc import CellOptimumRecord, SurfaceRecord
+from k3scale.scaling.values.text import verdict_text
 from k3scale.viz import theme
 from k3scale.viz.fits import DashboardFits
 from k3scale.viz.frontier import optimum_hover

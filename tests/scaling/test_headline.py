@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from k3scale.scaling.headline import headline_lines, markdown_tables, ratio_text
+from k3scale.scaling.headline import headline_lines, markdown_tables
 from k3scale.scaling.values.fitdoc import (
     ArmFrontier,
     CellDifference,
@@ -18,6 +18,7 @@ from k3scale.scaling.values.fitdoc import (
     ScheduleComparison,
 )
 from k3scale.scaling.values.result import dumps
+from k3scale.scaling.values.text import ratio_text
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.scaling.values.verdict import Verdict
 

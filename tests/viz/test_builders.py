@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import ratio_text, reason_text, verdict_text
+from k3scale.scaling.values.text import ratio_text, reason_text, verdict_text
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.scaling.values.verdict import Verdict
 from k3scale.viz import curves as curves_mod

@@ -42,6 +42,7 @@ FITTING_MODULES = ("scipy.optimize", "scipy.interpolate", "k3scale.scaling")
 READING_ONLY = (
     "k3scale.scaling.values",
     "k3scale.scaling.headline",
+    "k3scale.scaling.component_text",
     "k3scale.scaling.answers",
     "k3scale.scaling.artifact",
     "k3scale.scaling.inputs.tables",

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.headline import reason_text
+from k3scale.scaling.values.text import reason_text
 from k3scale.scaling.values.verdict import Verdict
 from k3scale.viz import schedules
 from k3scale.viz.dashboard import PanelList
@@ -83,7 +83,8 @@ def test_runs_at_the_best_trial_carry_no_interval(wsd_fits):
 
 @pytest.mark.parametrize("reading", ["own", "shared"])
 def test_the_hover_is_the_reports_text(wsd_fits, reading):
-    from k3scale.scaling.headline import diff_text, shared_text
+    from k3scale.scaling.headline import shared_text
+    from k3scale.scaling.values.text import diff_text
 
     panel = schedules.schedule_comparison_panel(wsd_fits)
     name = OWN if reading == "own" else SHARED

@@ -41,6 +41,13 @@ class SimCell:
     flops_per_token_attn: float
     budget_tokens: int
     schedule: str
+    key: str = ""
+    """The cell's name in the run table (the planner's `Cell.key`: an arm's cells carry the
+    arm's name before its family's size); default size|D|schedule."""
+
+    @property
+    def name(self) -> str:
+        return self.key or f"{self.size}|D{self.budget_tokens}|{self.schedule}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,6 +91,9 @@ class Truth:
     baseline_arch: str = "k2"
     multiplier: float = 1.0
     """Compute multiplier of every other architecture over the baseline (6 N D convention)."""
+    arch_multipliers: tuple[tuple[str, float], ...] = ()
+    """(arch, k): an architecture whose multiplier over the baseline is k, not `multiplier`
+    (an ablation's arms: the full model's multiplier over the component's worth)."""
     schedule_diff: float = 0.0
     """L_cosine - L_wsd at each schedule's own optimum (negative: cosine lower)."""
     lr_exponents: tuple[float, float] = (-0.25, -0.1)
@@ -106,6 +116,7 @@ class Truth:
     def surface(self, arch: str, schedule: str) -> np.ndarray:
         """(E, A, alpha, B, beta) of the arm's true L(N, D), schedule offset included."""
         k = 1.0 if arch == self.baseline_arch else self.multiplier
+        k = dict(self.arch_multipliers).get(arch, k)
         a = self.beta / (self.alpha + self.beta)
         e = self.E - (self.schedule_diff if schedule == "wsd" else 0.0)
         return np.array(
@@ -301,7 +312,7 @@ def _row(design: Design, cell: SimCell, arm: str, lr, batch, loss, seed: int) ->
     return {
         "status": schema.STATUS_FINISHED,
         "study": design.study,
-        "cell": f"{cell.size}|D{cell.budget_tokens}|{cell.schedule}",
+        "cell": cell.name,
         "arm": arm,
         "arch": cell.arch,
         "schedule": cell.schedule,

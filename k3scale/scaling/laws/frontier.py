@@ -121,6 +121,17 @@ def predict_frontier_grid(
     return e + k * np.exp(-alpha * t[None])
 
 
+def frontier_grid_log_compute(
+    params: np.ndarray, log_c: np.ndarray, loss: np.ndarray
+) -> np.ndarray:
+    """[S] log compute at which each row of `fit_frontier_grid`'s law [S, 3] reaches `loss` [S]:
+    the law's inverse, NaN where the loss is at or below the law's floor E."""
+    e, k, alpha = params[:, 0], params[:, 1], params[:, 2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = -np.log((loss - e) / k) / alpha
+    return t + log_c.mean()
+
+
 def frontier_starts(min_loss: float) -> np.ndarray:
     """Grid of starts [45, 3] in layout [a, alpha, e] (a at C = C_ref), scaled by the data.
 

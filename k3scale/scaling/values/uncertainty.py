@@ -2,7 +2,9 @@
 
 Every interval in a fit artifact is a percentile interval over draws (bootstrap refits, or draws
 of the cell optima's sampling distribution) read by `percentile_interval`, except the pooled
-t-interval over independent clusters of cells (k3scale/scaling/estimates/schedule_compare.py).
+t-interval over independent clusters of cells (k3scale/scaling/estimates/schedule_compare.py)
+and the rate of M(C), which takes the hull of its percentile interval and
+`robust_normal_interval` (k3scale/scaling/estimates/compute_optimal.py `rate_interval`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy.stats import norm
 
 from k3scale.scaling.values.verdict import Verdict
 
@@ -29,6 +32,26 @@ def percentile_interval(
         return None
     tail = 100 * (1 - level) / 2
     return np.percentile(finite, [tail, 100 - tail]).tolist()
+
+
+def robust_sd(draws, min_draws: int = MIN_INTERVAL_DRAWS) -> float | None:
+    """Half the finite draws' central 68%: their standard deviation where they are normal, and
+    one that a few wild draws cannot inflate; None with too few of them."""
+    values = np.asarray(draws, dtype=np.float64).ravel()
+    finite = values[np.isfinite(values)]
+    if len(finite) < max(min_draws, 1):
+        return None
+    lo, hi = np.percentile(finite, [100 * norm.cdf(-1), 100 * norm.cdf(1)])
+    return float(hi - lo) / 2
+
+
+def robust_normal_interval(draws, point: float, level: float = LEVEL) -> list[float] | None:
+    """point -/+ z * `robust_sd(draws)`; None without a finite point or enough draws."""
+    sd = robust_sd(draws)
+    if sd is None or not np.isfinite(point):
+        return None
+    half = norm.ppf(1 - (1 - level) / 2) * sd
+    return [float(point - half), float(point + half)]
 
 
 def percentile_band(curves: np.ndarray, level: float = LEVEL) -> dict[str, list[float]]:

@@ -232,3 +232,18 @@ def test_the_surface_route_refuses_a_surface_its_lack_of_fit_test_rejects():
     route = co.compare_arms({"k2": bent, "k3": other}, "k2", decades=1.0).routes["surface"]
     assert "misses the cell optima" in route.arms["k2"].surface.verdict.reason
     assert all(not e.identified for e in route.multiplier["k3"])
+
+
+def test_the_rate_interval_holds_both_the_percentile_and_the_normal_reading():
+    rng = np.random.default_rng(0)
+    skewed = rng.gamma(2.0, 0.05, 4000)  # a long right tail
+    point = float(np.median(skewed))
+    lo, hi = co.rate_interval(skewed, point)
+    pct = np.percentile(skewed, [2.5, 97.5])
+    spread = (np.percentile(skewed, 84.134) - np.percentile(skewed, 15.866)) / 2
+    assert lo == pytest.approx(min(pct[0], point - 1.96 * spread), rel=1e-3)
+    assert hi == pytest.approx(max(pct[1], point + 1.96 * spread), rel=1e-3)
+    symmetric = rng.standard_normal(20000)
+    lo, hi = co.rate_interval(symmetric, 0.0)
+    assert (lo, hi) == pytest.approx((-1.96, 1.96), abs=0.05)
+    assert co.rate_interval(symmetric[:10], 0.0) is None

@@ -203,3 +203,23 @@ def test_designs_are_compared_at_their_planned_cpu_time():
     rate = runs[1]["scenarios"]["cosine_vs_wsd"]["report_direction"]["pooled_diff"]["detect_rate"]
     assert f"detects cosine lower by 0.02 nats in {rate:.0%}" in line
     assert calibrate.power_line(runs[1], "k2_vs_k3") is None
+
+
+def test_the_ablation_design_is_calibrated_against_what_its_estimator_reads_noise_free():
+    """`bench calibrate --study k3_ablations`: each arm's cells carry the arm's own N and FLOPs
+    and its name in the cell key; every arm's multiplier and loss difference is scored against
+    the noise-free reading, and the anchored arms against their published worth."""
+    design = calibrate.design_from_study("k3_ablations", "cpu")
+    cells = {c.name: c for c in design.cells}
+    assert "mla_only@k3-s1|D299264|cosine" in cells and "k3-s1|D299264|cosine" in cells
+    mla, k3 = cells["mla_only@k3-s1|D299264|cosine"], cells["k3-s1|D299264|cosine"]
+    assert mla.flops_per_token_attn != k3.flops_per_token_attn
+    out = calibrate.run(
+        quick=True, study="k3_ablations", preset="cpu", studies=2, workers=1, draws=50, noise=0.01
+    )
+    anchors = out["scenarios"]["k3_ablations"]["anchors"]
+    assert {"M_adamw", "diff_adamw", "M_k2", "M_mla_only", "rerun_new_seed"} <= set(anchors)
+    assert anchors["M_adamw"]["identified_rate"] == 1.0
+    # The noise-free reading of 1.4x sits within the design's few-percent bias of it (decades).
+    assert abs(anchors["M_adamw"]["bias_vs_design"]) < 0.02
+    assert anchors["M_adamw"]["detect_rate"] == 1.0
