@@ -310,7 +310,7 @@ def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str
                 (opt.loss, opt.interval(), opt.verdict.to_json(), truth.optimum_loss(cell))
             )
         group_key, baseline = "arch", truth.baseline_arch
-    scores["rerun_new_seed"] = _rerun_scores(estimates, noise, opts)
+    scores["rerun_check"] = _rerun_scores(estimates, noise, opts)
     multipliers = _multiplier_scores(estimates, truth, design, group_key, baseline, opts)
     for name, entry in multipliers.items():
         scores[name] = [entry or (None, None, verdict.not_identified("arms missing"), None)]
@@ -341,7 +341,7 @@ def _ablation_scores(design, truth, estimates, noise, opts) -> dict[str, list]:
     and the sum check's share of the gap."""
     effects = ablation.component_effects(estimates, _ablation_design(), "c_6n")
     true = _ablation_truth(design, truth)
-    scores: dict[str, list] = {"rerun_new_seed": _rerun_scores(estimates, noise, opts)}
+    scores: dict[str, list] = {"rerun_check": _rerun_scores(estimates, noise, opts)}
     for arm, e in effects.effects.items():
         loss, m = e.loss.mean, e.multiplier
         scores[f"diff_{arm}"] = [(loss.value, loss.interval, loss.verdict.to_json(), true[arm][0])]
@@ -350,7 +350,7 @@ def _ablation_scores(design, truth, estimates, noise, opts) -> dict[str, list]:
 
 
 def _rerun_scores(estimates, noise, opts) -> list[tuple]:
-    """The real-data check run on the simulated re-runs: each one's new-seed predictive interval
+    """The real-data check run on the simulated re-runs: each one's predictive interval
     is scored as an interval whose truth is the re-run's loss (coverage = hit rate)."""
     coverage = study.rerun_coverage(estimates, noise, opts)
     held = verdict.Verdict().to_json()

@@ -58,7 +58,7 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def rerun_text(check: dict) -> str:
-    """The real-data coverage line: re-runs held by their new-seed predictive intervals."""
+    """The real-data coverage line: re-runs held by their seeds' predictive intervals."""
     if not check["runs"]:
         return f"re-runs against their predictive intervals: none scored ({check.get('skipped')})"
     lo, hi = check["rate_interval"]
@@ -71,7 +71,7 @@ def rerun_text(check: dict) -> str:
     failing = check["failing_cells"]
     missed = "; missed in " + ", ".join(_cell_name(c) for c in failing) if failing else ""
     return (
-        f"re-runs held by their new-seed {nominal:.0%} predictive intervals: {check['hits']} of "
+        f"re-runs held by their seeds' {nominal:.0%} predictive intervals: {check['hits']} of "
         f"{check['runs']} (binomial 95% [{lo:.2f}, {hi:.2f}]; {verdict_part}){missed}"
     )
 

@@ -279,7 +279,7 @@ POOLED_E = (
 
 
 def rerun_coverage(estimates: list[CellEstimate], noise: optimum.Noise, opts: StudyOptions) -> dict:
-    """The re-runs against their new-seed predictive intervals (`rerun_check`), identified
+    """The re-runs against their seeds' predictive intervals (`rerun_check`), identified
     cells only."""
     kept = [e for e in estimates if e.optimum.identified]
     # The residuals' e, as `cell_estimates` gave it to the components (the re-runs re-pool it).

@@ -81,5 +81,5 @@ def test_the_brief_report_is_the_answers_and_the_rerun_check(capsys):
     assert [line.removeprefix("ANSWER: ") for line in lines if line.startswith("ANSWER: ")] == (
         answer_lines(doc)
     )
-    assert lines[-1].startswith("re-runs held by their new-seed 95% predictive intervals")
+    assert lines[-1].startswith("re-runs held by their seeds' 95% predictive intervals")
     assert not any("MLflow" in line or line.startswith("compute multiplier") for line in lines)

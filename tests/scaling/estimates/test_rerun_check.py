@@ -1,5 +1,5 @@
 """The real-data coverage check (methods.md 4.9): re-runs scored, left out in turn, against their
-new-seed predictive intervals; and, on simulated studies with seed effects, the levelled cell
+predictive intervals for their seeds; and, on simulated studies with seed effects, the levelled cell
 optima and the check hold their nominal rates where the seed-0 reading does not."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from k3scale.bench.calibrate import design_from_study
 from k3scale.scaling import study
 from k3scale.scaling.estimates import optimum, rerun_check
-from k3scale.scaling.estimates.seed_effects import SeedLevel
+from k3scale.scaling.estimates.seed_effects import SeedLevel, estimate_components
 from k3scale.scaling.inputs.simulate import Truth, simulate_runs
 
 
@@ -42,7 +42,13 @@ def test_each_rerun_is_predicted_from_the_cells_other_seeds():
     assert len(coverage.scores) == 16  # two re-runs per cell; the tuned seed is not scored
     first = coverage.scores[0]
     assert first.seed == 1 and first.loss == levels[0].losses[1]
-    assert first.predicted == pytest.approx((levels[0].losses[0] + levels[0].losses[2]) / 2)
+    # The cell's other seeds, plus seed 1's study-wide effect as the other cells estimate it
+    # (every cell's seed 1 runs 0.04 above its seed 0 and 0.02 above its seed 2).
+    rest = SeedLevel(levels[0].slot, (0, 2), (levels[0].losses[0], levels[0].losses[2]))
+    means = estimate_components([*levels[1:], rest]).seed_means
+    others = (levels[0].losses[0] + levels[0].losses[2]) / 2
+    assert first.predicted == pytest.approx(others + means[1] - (means[0] + means[2]) / 2)
+    assert means[1] - (means[0] + means[2]) / 2 == pytest.approx(0.03, abs=0.01)
     assert first.interval[0] < first.predicted < first.interval[1]
 
 
@@ -96,6 +102,7 @@ def test_under_seed_effects_the_levelled_optima_and_the_rerun_check_hold_their_r
     levelled, independent, reruns = _coverages(truth, studies=40)
     # 40 studies x ~10 identified cells: a binomial sd of about 0.01 around the true rate.
     assert 0.90 <= levelled <= 0.99
-    assert 0.90 <= reruns <= 0.995
+    # A re-run's seed is known from the other cells (0.943 here; drawn as a new seed's, 0.99).
+    assert 0.90 <= reruns <= 0.98
     # The estimator that takes every run as independent misses far more often.
     assert independent < 0.85

@@ -172,7 +172,7 @@ def test_calibration_simulates_the_noise_a_committed_study_measured(tmp_path):
     noise = out["noise"]["cosine_vs_wsd"]
     assert noise["noise_sd"] == measured.noise_sd
     assert noise["seed_effects"]["seed_sd"] == measured.seeds["seed_sd"]
-    assert "rerun_new_seed" in out["scenarios"]["cosine_vs_wsd"]["no_effect"]
+    assert "rerun_check" in out["scenarios"]["cosine_vs_wsd"]["no_effect"]
     # A study without re-runs (the v1 cpu tables less their seed arm) measures no seed effects.
     runs = pl.read_parquet(calibrate.ROOT / "analysis/results/k2_vs_k3-cpu/runs.parquet")
     runs.filter(pl.col("arm") != "seed").write_parquet(tmp_path / "runs.parquet")
@@ -218,7 +218,7 @@ def test_the_ablation_design_is_calibrated_against_what_its_estimator_reads_nois
         quick=True, study="k3_ablations", preset="cpu", studies=2, workers=1, draws=50, noise=0.01
     )
     anchors = out["scenarios"]["k3_ablations"]["anchors"]
-    assert {"M_adamw", "diff_adamw", "M_k2", "M_mla_only", "rerun_new_seed"} <= set(anchors)
+    assert {"M_adamw", "diff_adamw", "M_k2", "M_mla_only", "rerun_check"} <= set(anchors)
     assert anchors["M_adamw"]["identified_rate"] == 1.0
     # The noise-free reading of 1.4x sits within the design's few-percent bias of it (decades).
     assert abs(anchors["M_adamw"]["bias_vs_design"]) < 0.02
