@@ -142,6 +142,9 @@ def check_results(results: dict, options: study.StudyOptions) -> None:
         check_identified(optimum, "loss", "loss_ci" if num_resamples else None)
     if "schedule_comparison" in results:
         check_schedule_comparison(results["schedule_comparison"])
+    if "component_effects" in results:
+        check_component_effects(results, options)
+        return
     for part in results["compute_optimal"].values():
         check_compute_optimal(part)
     arm = "schedule" if "per_schedule" in results else "arch"
@@ -254,7 +257,16 @@ SEQ_LEN, LR_STEP, BEST_LR = 128, 1.6, 0.01
 ARMS = {
     "cosine_vs_wsd": [("k3", "cosine", 0.0), ("k3", "wsd", WSD_OFFSET)],
     "k2_vs_k3": [("k2", "cosine", 0.0), ("k3", "cosine", -0.05)],
+    # Some of the ablation's arms (the sum check then names the ones missing).
+    "k3_ablations": [
+        ("k3", "cosine", -0.05),
+        ("k2", "cosine", 0.0),
+        ("adamw", "cosine", -0.02),
+        ("mla_only", "cosine", -0.04),
+    ],
 }
+# An arm's cells sit on its family's rungs (`Study.family`).
+FAMILY = {"adamw": "k3", "mla_only": "k3"}
 # How a run that did not finish cleanly can look in the table.
 BROKEN = {
     "failed": (schema.STATUS_FAILED, float("nan")),
@@ -341,13 +353,14 @@ def study_tables(draw, recipe: str) -> pl.DataFrame:
     broken_share = draw(st.sampled_from((0.0, 0.0, 0.1, 0.3)))
     rows = []
     for arch, schedule, offset in ARMS[recipe]:
+        family = FAMILY.get(arch, arch)
         for cell in draw(cell_designs(sorted(rungs), sorted(budgets), sweep)):
-            n, attn = RUNGS[arch][cell["rung"]]
+            n, attn = RUNGS[family][cell["rung"]]
             if doubling:
                 n = 100_000 * 2 ** int(cell["rung"][1])
-            where = {"arch": arch, "schedule": schedule, "size": f"{arch}-{cell['rung']}"}
+            where = {"arch": arch, "schedule": schedule, "size": f"{family}-{cell['rung']}"}
             where |= {"budget_tokens": cell["budget"], "n_active": n, "attn": attn}
-            truth = offset + surface_loss(n * (2.5 if arch == "k3" else 1.0), cell["budget"])
+            truth = offset + surface_loss(n * (1.0 if arch == "k2" else 2.5), cell["budget"])
             rows += cell_runs(where, cell, truth, noise, rng)
     if draw(st.booleans()):
         rows.append(stray_run(rows[0] if rows else None))
@@ -402,6 +415,12 @@ def break_some(rows: list[dict], share: float, rng) -> list[dict]:
     return out
 
 
+def cell_key(row: dict) -> str:
+    """The planner's cell name: an arm's cells carry the arm's name before their size."""
+    arm = f"{row['arch']}@" if row["arch"] in FAMILY else ""
+    return f"{arm}{row['size']}|D{row['budget_tokens']}|{row['schedule']}"
+
+
 def finish_row(row: dict, recipe: str, index: int) -> dict:
     """A RUN_SCHEMA row: ids, tags and every derived column of one run."""
     tokens = row.get("tokens", row["budget_tokens"])
@@ -412,7 +431,7 @@ def finish_row(row: dict, recipe: str, index: int) -> dict:
         "run_name": f"{row['size']}#{row['trial']}",
         "status": row.get("status", schema.STATUS_FINISHED),
         "study": recipe if row["arch"] else None,
-        "cell": f"{row['size']}|D{row['budget_tokens']}|{row['schedule']}" if row["arch"] else None,
+        "cell": cell_key(row) if row["arch"] else None,
         "trial": row["trial"],
         "arm": row["arm"],
         "arch": row["arch"],
@@ -481,6 +500,30 @@ def test_cosine_vs_wsd_explains_every_quantity_of_any_table(runs, options):
 @given(runs=study_tables("k2_vs_k3"), options=fit_options)
 def test_k2_vs_k3_explains_every_quantity_of_any_table(runs, options):
     check_results(run_recipe("k2_vs_k3", runs, options), options)
+
+
+@RECIPE_EXAMPLES
+@given(runs=study_tables("k3_ablations"), options=fit_options)
+def test_k3_ablations_explains_every_quantity_of_any_table(runs, options):
+    check_results(run_recipe("k3_ablations", runs, options), options)
+
+
+def check_component_effects(results: dict, options: study.StudyOptions) -> None:
+    """Every arm's multiplier and pooled difference, per cell and pooled, and the sum check."""
+    assert set(results["component_effects"]) == set(options.computes)
+    for effects in results["component_effects"].values():
+        for arm in effects.get("arms", {}).values():
+            check_quantity(**_estimate(arm["multiplier"]))
+            check_identified(arm["loss"], "mean_diff", "ci")
+            for cell in arm["cells"]:
+                check_quantity(**_estimate(cell["multiplier"]))
+        if effects.get("sum_check"):
+            for name in ("gap", "explained", "left_over", "share"):
+                check_quantity(**_estimate(effects["sum_check"][name]))
+
+
+def _estimate(doc: dict) -> dict:
+    return {"ruling": doc["verdict"], "value": doc["value"], "interval": doc["ci"]}
 
 
 def holds_every_arm(runs: pl.DataFrame, recipe: str) -> bool:
