@@ -7,9 +7,10 @@ arm is K3's trial config with its switches applied (`Arm.overrides`), K2 runs be
 the sum check (the leave-one-out effects against the whole K3-minus-K2 gap), and Muon -> AdamW
 on every matrix is the positive control: an effect the literature puts at 1.1-2x compute.
 
-Not run yet: the `cpu` preset waits for issue 34 (stacked trials and run reuse) and is sized by
-`k3scale study plan --measure` and `k3scale bench calibrate` before it runs; its analysis recipe
-and dashboard layout come with it.
+Not run yet: the `cpu` preset waits for issue 34 (stacked trials) and is sized by `k3scale study
+plan --measure` and `k3scale bench calibrate --study k3_ablations` before it runs. Its analysis
+is `analysis/k3_ablations.py` (per-arm loss differences and compute multipliers, the anchors'
+power, the sum check) and its page `dashboards/k3_ablations.py` (a forest plot).
 """
 
 from k3scale.sweep.declaration import Arm, Study

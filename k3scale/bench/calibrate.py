@@ -558,18 +558,24 @@ def markdown(result: dict) -> str:
 
 
 # The quantity each study's answer rests on (k3scale/scaling/answers.py).
-HEADLINE_QUANTITY = {"cosine_vs_wsd": "pooled_diff", "k2_vs_k3": "M_envelope_c_6n"}
+# The ablation's: its positive control, whose verdict says what the design can see at all.
+HEADLINE_QUANTITY = {
+    "cosine_vs_wsd": "pooled_diff",
+    "k2_vs_k3": "M_envelope_c_6n",
+    ABLATIONS: "M_adamw",
+}
 # What each scenario's effect is, in words.
 EFFECTS = {
     "cosine_vs_wsd": {"report_direction": "cosine lower by 0.02 nats"},
     "k2_vs_k3": {"report_direction": "K3 at 2.5x", "modest": "K3 at 1.5x"},
+    ABLATIONS: {"anchors": "AdamW 1.4x worse than Muon"},
 }
 
 
 def power_line(result: dict, name: str) -> str | None:
     """One line: how often the preset's design identifies its headline effect, and a false one
     (None when the calibration did not run that study)."""
-    quantity = HEADLINE_QUANTITY[name]
+    quantity = HEADLINE_QUANTITY.get(name)
     per = result["scenarios"].get(name)
     if per is None or quantity not in per.get("no_effect", {}):
         return None

@@ -457,13 +457,17 @@ def _report(args) -> int:
 
 
 def _design_power(study_name: str, preset: str) -> str | None:
-    """The preset's power line from its committed calibration, if there is one."""
+    """The preset's power line from its committed calibration, if there is one: the study's own
+    (`<study>-<preset>.json`, the ablation's), else the preset's for both flagships."""
     import json
 
     from k3scale.bench.calibrate import ROOT, power_line
 
-    path = ROOT / "analysis" / "results" / "calibration" / f"{preset}.json"
-    return power_line(json.loads(path.read_text()), study_name) if path.exists() else None
+    folder = ROOT / "analysis" / "results" / "calibration"
+    for path in (folder / f"{study_name}-{preset}.json", folder / f"{preset}.json"):
+        if path.exists():
+            return power_line(json.loads(path.read_text()), study_name)
+    return None
 
 
 def _log_summary(folder, study_name: str, preset: str, tracking_uri: str | None) -> None:

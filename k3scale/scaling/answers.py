@@ -5,13 +5,16 @@ The report, the dashboard's headline and analysis/README.md's generated blocks a
 these sentences, so a reader meets the same answer wherever they look. A schedule study answers
 with its pooled difference (paired by seed) and the check across sizes; a study of arms answers
 with the compute multiplier at the middle of the overlap under 6ND, by each identified route,
-the range of M(C) over the overlap and its rate.
+the range of M(C) over the overlap and its rate; an ablation with its positive control's
+verdict and the sum check.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from k3scale.scaling import component_text
+from k3scale.scaling.values.components import ComponentEffects
 from k3scale.scaling.values.fitdoc import (
     Comparison,
     PooledDifference,
@@ -28,6 +31,9 @@ ANSWER_COMPUTE = "c_6n"
 def answer_lines(doc: dict[str, Any]) -> list[str]:
     """One line per claim the artifact can answer (none when it holds no comparison)."""
     results = doc.get("results", {})
+    effects = component_text.read(results).get(ANSWER_COMPUTE)
+    if effects is not None:
+        return component_answers(effects)
     schedules = read_schedule_comparison(results)
     if schedules is not None:
         return [
@@ -101,6 +107,29 @@ def multiplier_answers(comparison: Comparison, new: str) -> list[str]:
         rate = route.rate.get(new)
         if rate is not None:
             out.append(f"{where}: {_rate_says(rate)}.")
+    return out
+
+
+def component_answers(effects: ComponentEffects) -> list[str]:
+    """The positive control's verdict, and what it implies for every other arm; the sum check."""
+    if effects.skipped:
+        return [f"component effects (6ND): not identified ({effects.skipped})."]
+    control = effects.effects.get(effects.positive_control)
+    out = []
+    if control is not None:
+        m = control.multiplier
+        line = (
+            f"positive control {control.arm} ({control.note}), worth to {effects.full} in "
+            f"compute (6ND): M = {_ratio_says(m)}"
+        )
+        if not m.identified or m.interval[0] <= 1:
+            line += (
+                "; the design does not see the optimizer's effect at this scale, so an arm "
+                "whose interval holds 1 is no evidence that its component does nothing"
+            )
+        out.append(line + ".")
+    if effects.sum_check is not None:
+        out.append(component_text.sum_text(effects.sum_check, effects.full, "6ND") + ".")
     return out
 
 

@@ -11,6 +11,7 @@ import pytest
 from k3scale.bench.calibrate import design_from_study
 from k3scale.cli import main
 from k3scale.errors import K3ScaleError
+from k3scale.scaling.answers import answer_lines
 from k3scale.scaling.headline import headline_lines, markdown_tables
 from k3scale.scaling.inputs.simulate import Truth, simulated_tables
 from k3scale.scaling.inputs.tables import write_tables
@@ -47,6 +48,10 @@ def test_the_report_and_table_give_every_arm_the_control_and_the_sum_check(docum
     assert sum(line.startswith(tuple(arms)) for line in lines) == 11
     assert any("adamw (positive control)" in line for line in lines)
     assert any(line.startswith("sum check (c_6n): k3 over k2 M = ") for line in lines)
+    control, summed = answer_lines(document)
+    assert control.startswith("positive control adamw (positive control: Muon -> AdamW")
+    assert "excluding no advantage (M = 1)" in control and "no evidence" not in control
+    assert summed.startswith("sum check (6ND): k3 over k2 M = ")
     table = markdown_tables(document)
     assert "| component | switched back | loss arm - k3 [95%] | M (c_6n) [95%] |" in table
     assert "Kimi Linear, arXiv 2510.26692" in table and "Sum check (c_attn)" in table
@@ -67,9 +72,12 @@ def test_the_forest_plot_draws_each_arm_with_its_interval_and_anchor(document):
 
 
 def test_a_design_without_a_frontier_is_not_drawn_and_says_why(tmp_path):
-    fits = DashboardFits.from_artifact(_fit(tmp_path, "demo"))
+    document = _fit(tmp_path, "demo")
+    fits = DashboardFits.from_artifact(document)
     effects = fits.component_effects["c_6n"]
     assert all(not e.multiplier.identified for e in effects.effects.values())
+    control = answer_lines(document)[0]
+    assert "no evidence that its component does nothing" in control
     with pytest.raises(K3ScaleError, match="frontier law is not identified"):
         components.forest_panel(fits, "c_6n")
     with pytest.raises(K3ScaleError, match="component effects \\(c_9\\) not drawn"):
