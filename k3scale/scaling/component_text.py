@@ -69,6 +69,18 @@ def sum_text(check: SumCheck, full: str, conv: str) -> str:
     )
 
 
+def verdict_text(m: Estimate) -> str:
+    """What a multiplier's interval says of the component: helps, hurts, or not resolved."""
+    if not m.identified:
+        return "not identified"
+    lo, hi = m.interval
+    if lo > 1:
+        return "helps (excludes 1)"
+    if hi < 1:
+        return "hurts (excludes 1)"
+    return "not resolved (holds 1)"
+
+
 def table(by_conv: dict[str, ComponentEffects]) -> str:
     """component | switched back | loss diff | M per convention | power | anchor | source."""
     convs = sorted(by_conv)
@@ -77,17 +89,17 @@ def table(by_conv: dict[str, ComponentEffects]) -> str:
         return f"Component effects: not identified ({first.skipped})."
     head = " | ".join(f"M ({c}) [95%]" for c in convs)
     rows = [
-        f"| component | switched back | loss arm - {first.full} [95%] | {head} | power at the "
-        f"anchor ({convs[0]}) | anchor | source |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in convs) + " | --- | --- | --- |",
+        f"| component | switched back | loss arm - {first.full} [95%] | {head} | verdict "
+        f"({convs[0]}) | power at the anchor ({convs[0]}) | anchor | source |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in convs) + " | --- | --- | --- | --- |",
     ]
     for e in _ordered(first):
         ms = " | ".join(ratio_text(by_conv[c].effects[e.arm].multiplier) for c in convs)
         anchor = e.anchor.text if e.anchor else "-"
         source = e.anchor.source if e.anchor else "-"
         rows.append(
-            f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {power_text(e)} | {anchor} | "
-            f"{source} |"
+            f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {verdict_text(e.multiplier)} | "
+            f"{power_text(e)} | {anchor} | {source} |"
         )
     sums = [sum_text(by_conv[c].sum_check, first.full, c) for c in convs if by_conv[c].sum_check]
     return "\n".join([*rows, "", *(f"{s[0].upper()}{s[1:]}." for s in sums)])

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 K2_VS_K3 = ROOT / "experiments" / "k2_vs_k3.py"
 COSINE_VS_WSD = ROOT / "experiments" / "cosine_vs_wsd.py"
+K3_ABLATIONS = ROOT / "experiments" / "k3_ablations.py"
 REQUIRED_TAGS = (
     schema.TAG_STUDY,
     schema.TAG_CELL,
@@ -175,6 +176,32 @@ def test_smoke_study_leaves_one_run_per_trial_and_a_study_per_cell(data_root, tm
     assert empty == []
     again = run_to_end(K2_VS_K3, study_dir, data_root)
     assert "already complete" in again
+
+
+def test_the_ablation_study_runs_every_arm_and_answers_with_its_positive_control(
+    data_root, tmp_path
+):
+    study_dir = tmp_path / "k3_ablations"
+    run_to_end(K3_ABLATIONS, study_dir, data_root)
+    # smoke: 12 cells (K3, K2 and ten arms at t0) x 2 trials, one budget, cosine only.
+    assert_complete(study_dir, "k3_ablations", expected_results=24)
+    arms = {r.data.tags[schema.TAG_ARCH] for r in finished_runs(study_dir, "k3_ablations")}
+    assert len(arms) == 12 and {"k3", "k2", "adamw", "mla_only"} <= arms
+    fit = study_dir / "fit.json"
+    done = k3scale_cli(
+        "fit", "k3_ablations", "--from", str(study_dir / "tables"), "--out", str(fit)
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(fit.read_text())["results"]
+    assert set(results["component_effects"]["c_6n"]["arms"]) == arms - {"k3"}
+    report = k3scale_cli(
+        "study", "report", str(K3_ABLATIONS), "--preset", "smoke", "--study-dir", str(study_dir),
+        "--brief",
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    # One compute per arm: no frontier law, so the control is not seen, and the answer says so.
+    assert "ANSWER: positive control adamw" in report.stdout
+    assert "no evidence that its component does nothing" in report.stdout
 
 
 def test_driver_sigkill_then_resume_loses_and_duplicates_nothing(data_root, tmp_path):

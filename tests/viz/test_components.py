@@ -55,6 +55,8 @@ def test_the_report_and_table_give_every_arm_the_control_and_the_sum_check(docum
     table = markdown_tables(document)
     assert "| component | switched back | loss arm - k3 [95%] | M (c_6n) [95%] |" in table
     assert "Kimi Linear, arXiv 2510.26692" in table and "Sum check (c_attn)" in table
+    row = next(line for line in table.splitlines() if line.startswith("| adamw | positive"))
+    assert "| helps (excludes 1) |" in row
 
 
 def test_the_forest_plot_draws_each_arm_with_its_interval_and_anchor(document):
