@@ -536,7 +536,9 @@ def holds_every_arm(runs: pl.DataFrame, recipe: str) -> bool:
     max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 @given(
-    recipe=st.sampled_from(sorted(ARMS)),
+    # The ablation's tables here hold 4 of its 12 archs, which `k3scale fit` refuses (a table
+    # must hold every arm its recipe compares); tests/viz/test_components.py runs its CLI path.
+    recipe=st.sampled_from(("cosine_vs_wsd", "k2_vs_k3")),
     data=st.data(),
     num_resamples=st.sampled_from((0, 3, 20)),
 )
