@@ -28,14 +28,14 @@ def component_effects(
     full_arm = study.arm_of_cells(ablation.full, identified, conv)
     frontier = arm_effects.full_model_frontier(full_arm)
     key = study.design_cells(estimates)
-    index = {key(e): j for j, e in enumerate(full)}
+    full_at = {key(e): e for e in full}
     effects: dict[str, ComponentEffect] = {}
     logs = {}
     for arm in sorted({e.cell["arch"] for e in estimates} - {ablation.full}):
         pairs = [
-            (_cell(e, conv), _cell(full[index[key(e)]], conv))
+            (_cell(e, conv), _cell(full_at[key(e)], conv))
             for e in estimates
-            if e.cell["arch"] == arm and key(e) in index
+            if e.cell["arch"] == arm and key(e) in full_at
         ]
         effect, logs[arm] = arm_effects.arm_effect(
             arm, ablation.notes.get(arm, ""), pairs, frontier, ablation.full
