@@ -51,6 +51,13 @@ from k3scale.errors import K3ScaleError
 
 JOB_TIMEOUT_S = 1800.0
 TERMINAL = ("FAILED", "STOPPED", "SUCCEEDED")
+# The offline refit of a study whose job failed: not attempted.
+NOT_REFITTED = {
+    "fit_exit": None,
+    "dashboard_exit": None,
+    "dashboard_bytes": 0,
+    "said": "job failed",
+}
 # The flagship studies (experiments/NAME.py), each at its smoke preset, and their analyses.
 STUDIES = ("cosine_vs_wsd", "k2_vs_k3")
 PRESET = "smoke"
@@ -136,11 +143,18 @@ class Rehearsal:
             with environment({**os.environ, **mlflow.credentials()}):
                 for name in STUDIES:
                     self.report["studies"][name]["mlflow"] = self._mlflow_counts(mlflow.url, name)
-            tables = {name: self._export(name, mlflow.url, env) for name in STUDIES}
+            # A failed job may have logged nothing to export: its report (with the end of its
+            # job's log) says why, where a failed export would hide it.
+            tables = {
+                name: self._export(name, mlflow.url, env)
+                for name in STUDIES
+                if self.report["studies"][name]["job"]["status"] == "SUCCEEDED"
+            }
             mlflow.stop()
             self.event("MLflow server stopped for good; refitting from the exported tables")
-            for name, folder in tables.items():
-                self.report["studies"][name]["offline"] = self._offline(name, folder)
+            for name in STUDIES:
+                offline = self._offline(name, tables[name]) if name in tables else NOT_REFITTED
+                self.report["studies"][name]["offline"] = offline
             self.report["ok"] = self._verdict()
         self.report["wall_s"] = round(time.monotonic() - self.started, 1)
         return self.report

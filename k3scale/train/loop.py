@@ -172,6 +172,12 @@ def train(
     elif start_from is not None:
         _restore(load_checkpoint(start_from, device), model, optimizer, state, keep_run=False)
 
+    if state.final is not None:
+        # Already ended: its end was logged (replica first) before this checkpoint was written.
+        # Reopening its MLflow run would mark it RUNNING again under this attempt's tags, with
+        # nothing to end it (a WSD trunk retried for its branches was closed as FAILED).
+        total = time.perf_counter() - call_started
+        return _result(cfg, state, out_dir, 0.0, 0.0, time_s={"setup": total, "total": total})
     flops_per_token = accounting.flops_per_token(cfg.model, cfg.data.seq_len)
     heart.beat("opening its MLflow run")
     new_run = state.run_id is None
@@ -180,11 +186,6 @@ def train(
     if tracker and new_run:
         tracker.log_metrics(SUMMARY_STEP, {schema.METRIC_PEAK_LR: cfg.optim.lr})
         _log_history(tracker, history or [])
-    if state.final is not None:
-        if tracker:
-            tracker.close()
-        total = time.perf_counter() - call_started
-        return _result(cfg, state, out_dir, 0.0, 0.0, time_s={"setup": total, "total": total})
 
     windows = TrainWindows(dataset, split="train", seq_len=cfg.data.seq_len, seed=cfg.train.seed)
     evals = {

@@ -275,6 +275,23 @@ def test_a_run_resumed_after_its_server_moved_port_finishes_in_the_same_mlflow_r
     assert run.data.params["optim.lr"] == str(cfg.optim.lr)
 
 
+def test_a_finished_run_trained_again_leaves_its_mlflow_run_ended(
+    mlflow_server, sample_root, tmp_path
+):
+    """A retried WSD trunk task trains its finished trunk again to reach its branches. That call
+    reopened the trunk's MLflow run as RUNNING under the retry's tags and left it so, and the
+    driver's wrap-up then closed it as FAILED (a flake of the driver-SIGKILL drill)."""
+    cfg = _tracked_run(sample_root, tmp_path / "run", mlflow_server)
+    first = train(cfg, extra_tags={schema.TAG_ATTEMPT: "1"})
+    again = train(cfg, extra_tags={schema.TAG_ATTEMPT: "2"})
+    run = MlflowClient(mlflow_server).get_run(first.run_id)
+    assert again.run_id == first.run_id and again.status == schema.STATUS_FINISHED
+    assert again.final_val_ood_loss == first.final_val_ood_loss
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[schema.TAG_STATUS] == schema.STATUS_FINISHED
+    assert run.data.tags[schema.TAG_ATTEMPT] == "1"
+
+
 def test_unreachable_tracking_uri_at_start_is_one_clear_error(sample_root, tmp_path, capsys):
     dead = f"http://127.0.0.1:{free_port()}"
     cfg = _tracked_run(sample_root, tmp_path / "run", dead)
