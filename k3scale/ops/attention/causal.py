@@ -33,20 +33,55 @@ def causal_attention(
     """`softmax(scale q k^T + causal mask) v` per head: q, k `[B, T, H, Dk]`, v `[B, T, H, Dv]`
     -> `[B, T, H, Dv]`, and the largest logit `scale q_i . k_j` (j <= i) per sequence and head,
     `[B, H]` (not differentiable): what QK-Clip tracks, which the forward computes anyway."""
-    return _CausalAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), float(scale))
+    out, _, head_max = attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), scale)
+    return out, head_max
 
 
-class _CausalAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, scale):
-        out, lse, head_max = load().causal_attention_forward(q, k, v, scale)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.mark_non_differentiable(head_max)
-        ctx.scale = scale
-        return out, head_max
+# Custom ops, not an autograd.Function calling the extension: `torch.compile` traces through
+# them as single nodes (their fake kernels give the shapes) instead of breaking the graph at the
+# pybind call (issue 34).
+@torch.library.custom_op("k3scale::causal_attention_forward", mutates_args=())
+def attention_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out `[B, T, H, Dv]`, log-sum-exp `[B, H, T]`, largest logit `[B, H]`)."""
+    return tuple(load().causal_attention_forward(q, k, v, scale))
 
-    @staticmethod
-    def backward(ctx, grad_out, _grad_head_max):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = load().causal_attention_backward(grad_out, q, k, v, out, lse, ctx.scale)
-        return dq, dk, dv, None
+
+@attention_forward.register_fake
+def _(q, k, v, scale):
+    batch, steps, heads, _ = q.shape
+    return v.new_empty(v.shape), q.new_empty(batch, heads, steps), q.new_empty(batch, heads)
+
+
+@torch.library.custom_op("k3scale::causal_attention_backward", mutates_args=())
+def attention_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), the probabilities recomputed from the saved log-sum-exp."""
+    return tuple(load().causal_attention_backward(grad_out, q, k, v, out, lse, scale))
+
+
+@attention_backward.register_fake
+def _(grad_out, q, k, v, out, lse, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _save(ctx, inputs, output):
+    q, k, v, scale = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1])
+    ctx.scale = scale
+
+
+def _backward(ctx, grad_out, _grad_lse, _grad_head_max):
+    q, k, v, out, lse = ctx.saved_tensors
+    return (*attention_backward(grad_out.contiguous(), q, k, v, out, lse, ctx.scale), None)
+
+
+attention_forward.register_autograd(_backward, setup_context=_save)

@@ -30,5 +30,13 @@ def supports(*tensors: torch.Tensor) -> bool:
         dtype in (torch.float32, torch.float64)
         and all(t.device.type == "cpu" and t.dtype == dtype for t in tensors)
         and not torch.is_autocast_enabled("cpu")
-        and load() is not None
+        and kernels_loaded()
     )
+
+
+@torch.compiler.assume_constant_result
+def kernels_loaded() -> bool:
+    """Whether the kernels are built and loaded in this process. Fixed once asked, so Dynamo
+    takes its answer as a constant instead of tracing the build's capability check (a graph
+    break per call, issue 34)."""
+    return load() is not None
