@@ -10,6 +10,10 @@ import pytest
 
 
 def pytest_configure(config) -> None:
+    from tests.ops.triton_interpret import import_triton_interpreted
+
+    # Before anything imports the kernels (see tests/ops/triton_interpret.py).
+    import_triton_interpreted()
     from k3scale.cli import set_entry_environment
 
     # The same environment as every entry point: no telemetry (platform.md 9).

@@ -86,12 +86,10 @@ def test_train_prints_fast_and_reference_columns_per_model(capsys):
 @pytest.mark.slow
 def test_compile_prints_breaks_compile_times_and_the_ratio(capsys):
     result = bench_json("compile", capsys)
-    assert [(r["name"], r["path"]) for r in result["runs"]] == [
-        ("k2-s1", "fast"),
-        ("k2-s1", "reference"),
-    ]
+    assert [(r["name"], r["path"]) for r in result["runs"]] == [("k2-s1", "fast")]
     for run in result["runs"]:
         assert run["graphs"] == run["graph_breaks"] + 1 >= 1
+        assert run["forward_graphs"] >= run["backward_graphs"] >= 1
         assert sum(run["break_reasons"].values()) <= run["graph_breaks"]
         assert positive(run["first_step_cold_cache_s"]) and positive(run["first_step_warm_cache_s"])
         assert run["compiled_over_eager"] == pytest.approx(run["compiled_ms"] / run["eager_ms"])

@@ -4,6 +4,13 @@ Triton reads TRITON_INTERPRET when it decorates kernels (at import) and when it 
 Test modules import their kernels inside `interpreted()` and declare the autouse fixture from
 `launch_interpreted`, so the rest of the session keeps the environment it started with (an
 explicit setting by the user wins throughout).
+
+Triton's own library functions (`tl.sum`, `tl.cumsum`, ...) are decorated when triton is first
+imported, so triton itself must first be imported interpreted: `import_triton_interpreted` does
+that at the start of the session (tests/conftest.py). Otherwise a module imported earlier that
+pulls triton in (torch.library's custom ops do) leaves them compiled-mode, and every
+interpreted kernel calling one fails ("Cannot call @triton.jit'd outside of the scope of a
+kernel").
 """
 
 from __future__ import annotations
@@ -24,6 +31,18 @@ def interpreted():
     finally:
         if set_here:
             del os.environ["TRITON_INTERPRET"]
+
+
+def import_triton_interpreted() -> None:
+    """Import triton with TRITON_INTERPRET=1, where it is installed and no GPU could run it."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("triton") is None or torch.cuda.is_available():
+        return
+    with interpreted():
+        import triton.language  # noqa: F401
 
 
 def launch_interpreted(set_here: bool):

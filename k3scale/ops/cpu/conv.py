@@ -12,17 +12,44 @@ from k3scale.ops.cpu.build import load
 def conv_silu_fused(padded: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`silu(y)`, `y[b, t] = sum_k weight[:, k] * padded[b, t + k]`, for padded `[B, T + K - 1,
     P]` (the previous K - 1 inputs, then this call's) and weight `[P, K]`; returns `[B, T, P]`."""
-    return _ConvSilu.apply(padded.contiguous(), weight.contiguous())
+    return conv_silu_forward(padded.contiguous(), weight.contiguous())[0]
 
 
-class _ConvSilu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, padded, weight):
-        out, pre = load().conv_silu_forward(padded, weight)
-        ctx.save_for_backward(padded, weight, pre)
-        return out
+# Custom ops (torch.compile traces each as one node; a pybind call would break its graph).
+@torch.library.custom_op("k3scale::conv_silu_forward", mutates_args=())
+def conv_silu_forward(
+    padded: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(silu(y), y), both `[B, T, P]`: the backward takes the pre-activation."""
+    return tuple(load().conv_silu_forward(padded, weight))
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        grad_padded, grad_weight = load().conv_silu_backward(grad_out, *ctx.saved_tensors)
-        return grad_padded, grad_weight
+
+@conv_silu_forward.register_fake
+def _(padded, weight):
+    batch, padded_steps, width = padded.shape
+    shape = (batch, padded_steps - weight.shape[1] + 1, width)
+    return padded.new_empty(shape), padded.new_empty(shape)
+
+
+@torch.library.custom_op("k3scale::conv_silu_backward", mutates_args=())
+def conv_silu_backward(
+    grad_out: torch.Tensor, padded: torch.Tensor, weight: torch.Tensor, pre: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_padded, grad_weight)."""
+    return tuple(load().conv_silu_backward(grad_out, padded, weight, pre))
+
+
+@conv_silu_backward.register_fake
+def _(grad_out, padded, weight, pre):
+    return padded.new_empty(padded.shape), weight.new_empty(weight.shape)
+
+
+def _save(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, output[1])
+
+
+def _backward(ctx, grad_out, _grad_pre):
+    return conv_silu_backward(grad_out.contiguous(), *ctx.saved_tensors)
+
+
+conv_silu_forward.register_autograd(_backward, setup_context=_save)

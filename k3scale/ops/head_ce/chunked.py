@@ -68,28 +68,44 @@ def _nll_into_gradient_torch(
     return nll
 
 
-class _HeadCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk_rows):
-        num_rows = hidden.shape[0]
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros_like(weight)
-        total = hidden.new_zeros(())
-        step = _chunk_step(hidden)
-        for start in range(0, num_rows, chunk_rows):
-            rows = hidden[start : start + chunk_rows]
-            chunk_targets = targets[start : start + chunk_rows]
-            logits_t = weight @ rows.T
-            total += step(logits_t, chunk_targets, num_rows)
-            torch.mm(logits_t.T, weight, out=grad_hidden[start : start + chunk_rows])
-            grad_weight.addmm_(logits_t, rows)
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        return total / num_rows
+# The training path as one custom op: torch.compile traces it as one node, where the chunk loop
+# would unroll and break its graph at each kernel call (issue 34).
+@torch.library.custom_op("k3scale::head_cross_entropy_with_grads", mutates_args=())
+def head_cross_entropy_with_grads(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean NLL, its gradient w.r.t. hidden, w.r.t. weight), all from one pass over chunks."""
+    num_rows = hidden.shape[0]
+    grad_hidden = torch.empty_like(hidden)
+    grad_weight = torch.zeros_like(weight)
+    total = hidden.new_zeros(())
+    step = _chunk_step(hidden)
+    for start in range(0, num_rows, chunk_rows):
+        rows = hidden[start : start + chunk_rows]
+        chunk_targets = targets[start : start + chunk_rows]
+        logits_t = weight @ rows.T
+        total += step(logits_t, chunk_targets, num_rows)
+        torch.mm(logits_t.T, weight, out=grad_hidden[start : start + chunk_rows])
+        grad_weight.addmm_(logits_t, rows)
+    return total / num_rows, grad_hidden, grad_weight
 
-    @staticmethod
-    def backward(ctx, grad_loss):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None
+
+@head_cross_entropy_with_grads.register_fake
+def _(hidden, weight, targets, chunk_rows):
+    return hidden.new_empty(()), hidden.new_empty(hidden.shape), weight.new_empty(weight.shape)
+
+
+def _save(ctx, inputs, output):
+    ctx.save_for_backward(output[1], output[2])
+
+
+def _backward(ctx, grad_loss, _grad_hidden, _grad_weight):
+    # The loss is a mean over rows, so the forward's gradients are final up to this scale.
+    grad_hidden, grad_weight = ctx.saved_tensors
+    return grad_hidden * grad_loss, grad_weight * grad_loss, None, None
+
+
+head_cross_entropy_with_grads.register_autograd(_backward, setup_context=_save)
 
 
 def head_cross_entropy(
@@ -113,7 +129,7 @@ def head_cross_entropy(
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows: must be >= 1, got {chunk_rows}")
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _HeadCrossEntropy.apply(hidden, weight, targets, chunk_rows)
+        return head_cross_entropy_with_grads(hidden, weight, targets, chunk_rows)[0]
     num_rows = hidden.shape[0]
     total = hidden.new_zeros(())
     step = _chunk_step(hidden)

@@ -23,6 +23,9 @@ gradient), `a = exp(g_t)`, `S' = Diag(a) S_{t-1}`, `r = v_t - S'^T k_t`, `S_t = 
 
 The forward keeps the state entering every `SEGMENT`-th token; the backward recomputes a segment's
 states before walking it, so memory stays `T / SEGMENT` states per head.
+
+Forward and backward are `torch.library` custom ops (`k3scale::kda_recurrent_forward`,
+`k3scale::kda_recurrent_backward`), so `torch.compile` traces each as a single graph node.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import load
+from k3scale.ops.cpu.activation import kernels_loaded
 from k3scale.ops.kda.chunk import chunk_kda
 from k3scale.ops.kda.naive import check_kda_shapes, compute_dtype
 
@@ -47,7 +51,7 @@ def recurrent_supported(q: torch.Tensor, v: torch.Tensor) -> bool:
         q.device.type == "cpu"
         and v.device.type == "cpu"
         and q.shape[-1] * v.shape[-1] <= RECURRENT_MAX_STATE
-        and load() is not None
+        and kernels_loaded()
     )
 
 
@@ -87,30 +91,92 @@ def recurrent_kda(
     if initial_state is None:
         initial_state = q.new_zeros(batch, num_heads, d_key, v.shape[-1], dtype=dtype)
     inputs = (x.to(dtype).contiguous() for x in (q, k, v, g, beta, initial_state))
-    o, final_state = _Recurrence.apply(*inputs, float(scale))
+    o, final_state, _ = recurrence_forward(*inputs, float(scale), SEGMENT)
     return o.to(out_dtype), (final_state if output_final_state else None)
 
 
-class _Recurrence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, g, beta, initial, scale):
-        o, final_state, checkpoints = load().kda_recurrent_forward(
-            q, k, v, g, beta, initial, scale, SEGMENT
-        )
-        ctx.save_for_backward(q, k, v, g, beta, checkpoints)
-        ctx.scale = scale
-        return o, final_state
+# Custom ops, not an autograd.Function calling the extension: `torch.compile` traces through
+# them as single nodes (their fake kernels give the shapes) instead of breaking the graph at the
+# pybind call (issue 34).
+@torch.library.custom_op("k3scale::kda_recurrent_forward", mutates_args=())
+def recurrence_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial: torch.Tensor,
+    scale: float,
+    segment: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(o `[B, T, H, V]`, final state `[B, H, K, V]`, checkpoints `[B, H, ceil(T / segment), K,
+    V]`: the state entering every `segment`-th token, which the backward starts from)."""
+    return tuple(load().kda_recurrent_forward(q, k, v, g, beta, initial, scale, segment))
 
-    @staticmethod
-    def backward(ctx, grad_o, grad_final):
-        q, k, v, g, beta, checkpoints = ctx.saved_tensors
-        grad_o = torch.zeros_like(v) if grad_o is None else grad_o
-        grad_final = (
-            torch.zeros(checkpoints.shape[:2] + checkpoints.shape[3:], dtype=v.dtype)
-            if grad_final is None
-            else grad_final.contiguous()
+
+@recurrence_forward.register_fake
+def _(q, k, v, g, beta, initial, scale, segment):
+    batch, steps, heads, d_key = q.shape
+    num_segments = (steps + segment - 1) // segment
+    return (
+        v.new_empty(v.shape),
+        initial.new_empty(initial.shape),
+        v.new_empty(batch, heads, num_segments, d_key, v.shape[-1]),
+    )
+
+
+@torch.library.custom_op("k3scale::kda_recurrent_backward", mutates_args=())
+def recurrence_backward(
+    grad_o: torch.Tensor,
+    grad_final: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    checkpoints: torch.Tensor,
+    scale: float,
+    segment: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, dg, dbeta, d_initial), each segment's states recomputed from its checkpoint."""
+    return tuple(
+        load().kda_recurrent_backward(
+            grad_o, grad_final, q, k, v, g, beta, checkpoints, scale, segment
         )
-        dq, dk, dv, dg, dbeta, d_initial = load().kda_recurrent_backward(
-            grad_o, grad_final, q, k, v, g, beta, checkpoints, ctx.scale, SEGMENT
-        )
-        return dq, dk, dv, dg, dbeta, d_initial, None
+    )
+
+
+@recurrence_backward.register_fake
+def _(grad_o, grad_final, q, k, v, g, beta, checkpoints, scale, segment):
+    return (
+        q.new_empty(q.shape),
+        k.new_empty(k.shape),
+        v.new_empty(v.shape),
+        g.new_empty(g.shape),
+        beta.new_empty(beta.shape),
+        grad_final.new_empty(grad_final.shape),
+    )
+
+
+def _save(ctx, inputs, output):
+    q, k, v, g, beta, _, scale, segment = inputs
+    ctx.save_for_backward(q, k, v, g, beta, output[2])
+    ctx.scale, ctx.segment = scale, segment
+
+
+def _backward(ctx, grad_o, grad_final, _grad_checkpoints):
+    q, k, v, g, beta, checkpoints = ctx.saved_tensors
+    # Unused outputs' gradients may come as None (compiled graphs) rather than zeros.
+    grad_o = torch.zeros_like(v) if grad_o is None else grad_o
+    grad_final = (
+        torch.zeros(checkpoints.shape[:2] + checkpoints.shape[3:], dtype=v.dtype)
+        if grad_final is None
+        else grad_final.contiguous()
+    )
+    grads = recurrence_backward(
+        grad_o, grad_final, q, k, v, g, beta, checkpoints, ctx.scale, ctx.segment
+    )
+    return (*grads, None, None)
+
+
+recurrence_forward.register_autograd(_backward, setup_context=_save)

@@ -13,6 +13,9 @@ on that one point, right where the new threshold is sought; spreading them unifo
 mis-places the threshold by a large fraction of a bin (at R = 256 the fixed-batch load violation
 then stalls near 0.1-0.2). They are therefore counted in their own column at the known position
 `-b_j`, and the threshold is interpolated linearly inside its bin around that point.
+
+The fused counting kernel is a `torch.library` custom op (`k3scale::margin_counts`), so
+`torch.compile` traces it as a single graph node.
 """
 
 from __future__ import annotations
@@ -60,9 +63,7 @@ def margin_counts(
         and supports(scores)
     ):
         # The same fp64 bin arithmetic in one C++ pass (identical counts; tests compare).
-        return load().margin_counts(
-            scores.contiguous(), cutoff, cutoff_expert, float(lo), float(width), num_bins
-        )
+        return margin_counts_fused(scores.contiguous(), cutoff, cutoff_expert, lo, width, num_bins)
     margins = scores.double() - cutoff.double()[:, None]
     bins = torch.floor((margins - lo) / width).long().clamp_(0, num_bins - 1)
     slots = bins + 1 + torch.arange(num_experts, device=scores.device) * (num_bins + 1)
@@ -71,6 +72,28 @@ def margin_counts(
     slots[rows, cutoff_expert] = cutoff_expert * (num_bins + 1)
     counts = torch.bincount(slots.reshape(-1), minlength=num_experts * (num_bins + 1))
     return counts.view(num_experts, num_bins + 1)
+
+
+# A custom op, not a direct call into the extension: `torch.compile` traces it as a single node
+# (the fake kernel gives the shape) instead of breaking the graph at the pybind call, and `lo`
+# and `width` enter as 0-d tensors so the traced code needs no `.item()` (issue 34).
+@torch.library.custom_op("k3scale::margin_counts", mutates_args=())
+def margin_counts_fused(
+    scores: torch.Tensor,
+    cutoff: torch.Tensor,
+    cutoff_expert: torch.Tensor,
+    lo: torch.Tensor,
+    width: torch.Tensor,
+    num_bins: int,
+) -> torch.Tensor:
+    """`margin_counts` on the C++ kernel: contiguous fp32 scores `[m, n]`, `lo` and `width` 0-d
+    fp64 tensors -> counts `[n, 1 + R]` int64 (no gradient)."""
+    return load().margin_counts(scores, cutoff, cutoff_expert, lo.item(), width.item(), num_bins)
+
+
+@margin_counts_fused.register_fake
+def _(scores, cutoff, cutoff_expert, lo, width, num_bins):
+    return cutoff_expert.new_empty(scores.shape[1], num_bins + 1)
 
 
 def qb_threshold_histogram(
