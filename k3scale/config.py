@@ -156,6 +156,10 @@ class TrainConfig:
     """torch intra-op threads; 0 leaves torch's default."""
     divergence_factor: float = 3.0
     """A loss above this multiple of the first step's loss (or NaN/inf) ends the run as diverged."""
+    compile: bool = field(default=False, metadata=_LATER_IDENTITY)
+    """Train through `torch.compile` (inductor): the fast path's forward and backward are one
+    graph each (issue 34). Evaluation stays eager. Losses match eager to float rounding, not to
+    the bit (inductor fuses and reorders the small ops), so it is part of the run's identity."""
 
     def __post_init__(self) -> None:
         _require(self.budget_tokens > 0, "train.budget_tokens", "must be > 0")

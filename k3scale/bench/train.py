@@ -24,6 +24,9 @@ Columns per model:
   is the share of the measured step those take, the rest being the small ops and Python between
   them; `compute_s` holds the parts (GEMMs, then each kernel) in seconds per step, and
   `attention_kernel_gflops` the causal attention kernel's rate on the MLA cores' FLOPs;
+- `tokens_per_s_compiled`, `compiled_speedup` (over the fast eager step), at the study shapes:
+  the fast step with its forward and backward through `torch.compile` (`train.compile`), one
+  graph each; the compile itself is left out (the warm-up pays it; `bench compile` times it);
 - `tokens_per_s_bf16`, `bf16_speedup` (over the fast fp32 step) and `mfu_bf16` (over the bf16
   matmul peak). Under autocast the fused C++ MoE, GLU and head kernels step aside (they are fp32),
   so this column says what bf16 buys as the code stands.
@@ -89,10 +92,11 @@ def models(quick: bool) -> list[tuple[str, Shape, ModelConfig]]:
 
 
 def training_step(
-    model_cfg: ModelConfig, shape: Shape, bf16: bool = False
+    model_cfg: ModelConfig, shape: Shape, bf16: bool = False, compiled: bool = False
 ) -> tuple[Callable[[], None], Callable[[], None]]:
     """One trainer step of a fresh model (seed 0) on fixed random tokens, as a closure, and the
-    same model's bare forward+backward (for the GEMM bound)."""
+    same model's bare forward+backward (for the GEMM bound). `compiled`: the forward runs
+    through `torch.compile`, as `train.compile` trains (the optimizer step stays eager)."""
     torch.manual_seed(0)
     model = build_model(model_cfg)
     optimizer = build_optimizer(
@@ -102,10 +106,11 @@ def training_step(
         module.track_max_logits = True
     model.train()
     tokens = torch.randint(0, model_cfg.vocab_size, (shape.batch_size, shape.seq_len + 1))
+    forward = torch.compile(model) if compiled else model
 
     def forward_backward() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            out = model(tokens[:, :-1], targets=tokens[:, 1:], with_logits=False)
+            out = forward(tokens[:, :-1], targets=tokens[:, 1:], with_logits=False)
         out.loss.backward()
 
     def step() -> None:
@@ -159,6 +164,8 @@ def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks:
         "fast": training_step(fast_cfg, shape),
         "fast_bf16": training_step(fast_cfg, shape, bf16=True),
     }
+    if shape == STUDY:  # the shapes studies train; the warm-up call pays the compile
+        built["fast_compiled"] = training_step(fast_cfg, shape, compiled=True)
     seconds = median_times({key: step for key, (step, _) in built.items()}, rounds)
     tokens = shape.batch_size * shape.seq_len
     rates = {key: tokens / value for key, value in seconds.items()}
@@ -183,6 +190,10 @@ def measure(name: str, shape: Shape, model_cfg: ModelConfig, rounds: int, peaks:
         "gemm_bound": gemm_bound,
         "mfu_over_gemm_bound": fp32_mfu / gemm_bound,
         **kernel_columns(model_cfg, shape, built["fast"][0], seconds["fast"], peaks["fp32"]),
+        "tokens_per_s_compiled": rates.get("fast_compiled"),
+        "compiled_speedup": (
+            seconds["fast"] / seconds["fast_compiled"] if "fast_compiled" in seconds else None
+        ),
         "tokens_per_s_bf16": rates["fast_bf16"],
         "bf16_speedup": seconds["fast"] / seconds["fast_bf16"],
         "mfu_bf16": mfu(flops_per_token, rates["fast_bf16"], peaks["bf16"]),
@@ -249,6 +260,12 @@ def summary(runs: list[dict]) -> dict:
     return out
 
 
+def _compiled_text(run: dict) -> str:
+    """The compiled step's speedup over the eager fast step ('-' where not measured)."""
+    speedup = run.get("compiled_speedup")
+    return "-" if speedup is None else f"{speedup:.2f}x"
+
+
 def render(result: dict) -> str:
     """The human table: peaks, then one row per model, then the summary."""
     peaks = result["matmul_peak_flops"]
@@ -263,7 +280,7 @@ def render(result: dict) -> str:
         "",
         f"{'model':<14} {'shape':<6} {'N_active':>9} {'ref tok/s':>9} {'tok/s':>7} "
         f"{'speedup':>7} {'MFU':>6} {'GEMM bnd':>8} {'MFU/bnd':>7} {'kern bnd':>8} "
-        f"{'MFU/kbnd':>8} {'bf16 tok/s':>10} {'bf16 x':>6}",
+        f"{'MFU/kbnd':>8} {'compiled x':>10} {'bf16 tok/s':>10} {'bf16 x':>6}",
     ]
     for r in result["runs"]:
         lines.append(
@@ -271,7 +288,8 @@ def render(result: dict) -> str:
             f"{r['tokens_per_s_reference']:>9,.0f} {r['tokens_per_s']:>7,.0f} "
             f"{r['speedup_vs_reference']:>6.2f}x {r['mfu']:>6.1%} {r['gemm_bound']:>8.1%} "
             f"{r['mfu_over_gemm_bound']:>7.2f} {r['kernel_bound']:>8.1%} "
-            f"{r['mfu_over_kernel_bound']:>8.2f} {r['tokens_per_s_bf16']:>10,.0f} "
+            f"{r['mfu_over_kernel_bound']:>8.2f} {_compiled_text(r):>10} "
+            f"{r['tokens_per_s_bf16']:>10,.0f} "
             f"{r['bf16_speedup']:>5.2f}x"
         )
     lines.append("")
@@ -301,15 +319,18 @@ def markdown(result: dict) -> str:
         f"{peaks['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.1f} GFLOP/s.",
         "",
         "| model | N_active | reference tokens/s | fast tokens/s | speedup | MFU | GEMM bound "
-        "| MFU / GEMM bound | core FLOPs | bf16 tokens/s | bf16 / fp32 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| MFU / GEMM bound | core FLOPs | compiled tokens/s | compiled / eager | bf16 tokens/s "
+        "| bf16 / fp32 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     for r in (r for r in result["runs"] if r["shape"] == STUDY.name):
         lines.append(
             f"| {r['name']} | {r['n_active']:,} | {r['tokens_per_s_reference']:,.0f} "
             f"| {r['tokens_per_s']:,.0f} | {r['speedup_vs_reference']:.2f}x | {r['mfu']:.1%} "
             f"| {r['gemm_bound']:.1%} | {r['mfu_over_gemm_bound']:.2f} "
-            f"| {r['core_flops_share']:.0%} | {r['tokens_per_s_bf16']:,.0f} "
+            f"| {r['core_flops_share']:.0%} | {r['tokens_per_s_compiled']:,.0f} "
+            f"| {_compiled_text(r)} | {r['tokens_per_s_bf16']:,.0f} "
             f"| {r['bf16_speedup']:.2f}x |"
         )
     lines += [

@@ -187,6 +187,8 @@ def train(
         tracker.log_metrics(SUMMARY_STEP, {schema.METRIC_PEAK_LR: cfg.optim.lr})
         _log_history(tracker, history or [])
 
+    # Shares the model's parameters and buffers; the first step pays the compile.
+    step_model = torch.compile(model) if cfg.train.compile else model
     windows = TrainWindows(dataset, split="train", seq_len=cfg.data.seq_len, seed=cfg.train.seed)
     evals = {
         split: eval_windows(dataset, split, cfg.data.seq_len, cfg.data.eval_tokens)
@@ -214,7 +216,7 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = plan.lrs[step]
         loss, step_metrics = _train_step(
-            cfg, plan, model, optimizer, windows, step, rank, autocast, device
+            cfg, plan, model, step_model, optimizer, windows, step, rank, autocast, device
         )
         synchronize(device)
         elapsed = time.perf_counter() - started
@@ -324,6 +326,7 @@ def _train_step(
     cfg: RunConfig,
     plan: _Plan,
     model: nn.Module,
+    step_model: nn.Module,
     optimizer: torch.optim.Optimizer,
     windows: TrainWindows,
     step: int,
@@ -331,7 +334,8 @@ def _train_step(
     autocast: bool,
     device: torch.device,
 ) -> tuple[float, dict[str, float]]:
-    """One optimizer step over the global batch; returns the batch's mean main-head loss."""
+    """One optimizer step over the global batch; returns the batch's mean main-head loss.
+    `step_model` runs the forward: `model` itself, or it compiled."""
     first_window = step * cfg.train.batch_size + rank * plan.rank_sequences
     rows = windows.batch(first_window, plan.rank_sequences).astype(np.int64)
     batch = torch.from_numpy(rows).to(device)
@@ -339,7 +343,7 @@ def _train_step(
     ce_total = 0.0
     for micro in batch.chunk(plan.micro_steps):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            out = model(micro[:, :-1], targets=micro[:, 1:], with_logits=False)
+            out = step_model(micro[:, :-1], targets=micro[:, 1:], with_logits=False)
         (out.loss / plan.micro_steps).backward()
         ce_total += float(out.ce_loss.detach()) / plan.micro_steps
     average_gradients(model)

@@ -66,6 +66,12 @@ def test_train_prints_fast_and_reference_columns_per_model(capsys):
         assert run["speedup_vs_reference"] == pytest.approx(
             run["tokens_per_s"] / run["tokens_per_s_reference"]
         )
+        if run["shape"] == "study":  # the compiled step, at the shapes studies train
+            assert run["compiled_speedup"] == pytest.approx(
+                run["tokens_per_s_compiled"] / run["tokens_per_s"]
+            )
+        else:
+            assert run["compiled_speedup"] is run["tokens_per_s_compiled"] is None
         assert 0 < run["gemm_bound"] <= 1.5  # a rate over a peak measured apart: near 1 at most
         assert run["mfu_over_gemm_bound"] == pytest.approx(run["mfu"] / run["gemm_bound"])
         # Every piece timed alone takes less than the step; the pieces and the rest add up.
