@@ -6,7 +6,7 @@ latent space; `y = Shared(u) + W_up RMSNorm(m)` (norm when `latent_norm`); SiTU-
 Shared experts are one GLU of width `num_shared * d_expert` at full width d.
 
 On CPU fp32 with the fused kernels built, a layer with shared experts runs as one autograd node
-whose forward and backward are one C++ call each (`ops/moe/fused.moe_layer_fused` for K2, its
+whose forward and backward are one C++ call each (`ops/moe/fused_layers.moe_layer_fused` for K2, its
 shared GLU as S more experts of the routed kernel call; `latent_moe_layer_fused` for K3); bf16
 autocast and the Triton backend compose the pieces below. Both give the same results to float
 rounding (tests/models/test_moe.py).
@@ -32,7 +32,7 @@ from k3scale.models.router import Routing, route, sequence_aux_loss
 from k3scale.ops.backend import qb_counts_op, situ_glu_op
 from k3scale.ops.cpu import supports
 from k3scale.ops.moe import routed_experts
-from k3scale.ops.moe.fused import latent_moe_layer_fused, moe_layer_fused
+from k3scale.ops.moe.fused_layers import latent_moe_layer_fused, moe_layer_fused
 from k3scale.ops.moe.naive import GluActivation
 from k3scale.ops.situ import swiglu
 

@@ -163,6 +163,8 @@ class StudyPreset:
     """GPUs per trial (GPU presets: 1)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Training precision."""
+    compile: bool = False
+    """Trials train through `torch.compile` (`train.compile`; issue 34)."""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     """Where trials train (`train.device`); GPU presets say auto: the GPU Ray gave the trial."""
     max_retries: int = 2

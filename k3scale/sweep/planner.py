@@ -165,6 +165,7 @@ def trial_config(
             micro_batch_size=min(preset.micro_batch_size, batch_size),
             seed=seed,
             precision=preset.precision,
+            compile=preset.compile,
             device=preset.device,
             eval_interval_tokens=cell.budget_tokens // max(preset.eval_points, 1),
             # A killed worker's retry resumes from the last quarter, not from scratch.

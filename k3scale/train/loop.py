@@ -69,14 +69,16 @@ class RunResult:
     losses: tuple[float, ...]
     """Main-head train loss of every step, resumed history included."""
     tokens_per_s: float
-    """Training throughput over the steps of this process (evaluation excluded)."""
+    """Training throughput over the steps of this process (evaluation excluded, and a compiled
+    run's first step, which compiles)."""
     mfu: float
     """Model FLOP utilisation against the matmul peak measured in this process."""
     out_dir: str
     """Folder with the checkpoints and the JSONL replica."""
     time_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of this call by phase: `setup` (data, model, tracker, peak probe), `steps`,
-    `eval`, `track` (MLflow calls after setup), `checkpoint` (saves), `total`. Process-local,
+    `eval`, `track` (MLflow calls after setup), `checkpoint` (saves), `compile` (a compiled run's
+    first step), `total`. Process-local,
     not logged; the sweep reads it for its overhead figures."""
 
 
@@ -211,7 +213,8 @@ def train(
         plan.total_steps if stop_after_steps is None else min(stop_after_steps, plan.total_steps)
     )
     progress = _progress_bar(plan.total_steps, state.step, rank, plan.batch_tokens)
-    for step in range(state.step, last_step):
+    first_step = state.step
+    for step in range(first_step, last_step):
         started = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = plan.lrs[step]
@@ -220,8 +223,12 @@ def train(
         )
         synchronize(device)
         elapsed = time.perf_counter() - started
-        busy_s += elapsed
-        busy_tokens += plan.batch_tokens
+        if step_model is not model and step == first_step:
+            # This process's first compiled step compiles the graphs: a fixed cost, not a rate.
+            costs["compile"] = elapsed
+        else:
+            busy_s += elapsed
+            busy_tokens += plan.batch_tokens
         heart.beat(f"training, step {step + 1} of {last_step}", step_s=elapsed)
         if _diverged(loss, state.first_loss, cfg.train.divergence_factor):
             status = schema.STATUS_DIVERGED

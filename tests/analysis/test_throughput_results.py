@@ -33,22 +33,24 @@ def test_attention_is_the_largest_timed_part_of_every_k2_rung(train):
         assert max(parts, key=parts.get) == "attention", (run["name"], parts, between)
 
 
-def test_the_attention_kernel_runs_well_below_the_gemm_rate(train):
+def test_the_attention_kernel_runs_well_below_the_gemm_rate_in_every_k2_rung(train):
+    # The prose's claim is about K2, whose steps attention dominates. At k3-s1 the kernel's rate
+    # came to 0.54 of the GEMMs' in the run at bdfa0d4 (an AVX-512 machine; 0.45 in the
+    # committed run before it).
     gemm_gflops = train["matmul_peak_flops"]["fp32"] / 1e9
-    for run in (r for r in train["runs"] if r["attention_kernel_gflops"] is not None):
+    k2_runs = (r for r in train["runs"] if r["name"].startswith("k2"))
+    for run in (r for r in k2_runs if r["attention_kernel_gflops"] is not None):
         gemm_rate = run["gemm_bound"] * gemm_gflops
         assert run["attention_kernel_gflops"] < gemm_rate / 2, run["name"]
 
 
-def test_compiling_does_not_pay_and_a_warm_compile_exceeds_the_fixed_cost_target(compiled):
+def test_every_fast_rung_compiles_whole_and_compiling_pays(compiled):
     fast = [r for r in compiled["runs"] if r["path"] == "fast"]
-    assert {r["name"] for r in fast} == {"k2-s1", "k3-s1"}
+    assert {r["name"] for r in fast} == {f"{f}-s{i}" for f in ("k2", "k3") for i in (1, 2, 3)}
     for run in fast:
-        assert run["compiled_over_eager"] > 1, run["name"]
-        assert run["first_step_warm_cache_s"] > 2.0, run["name"]
-        # The most frequent break is the kernels' availability check.
-        most = max(run["break_reasons"], key=run["break_reasons"].get)
-        assert "get_cpu_capability" in most, run["name"]
+        assert run["graph_breaks"] == 0 and not run["break_reasons"], run["name"]
+        assert (run["forward_graphs"], run["backward_graphs"]) == (1, 1), run["name"]
+        assert run["compiled_over_eager"] < 1, run["name"]
     # Even compiled, the reference path stays slower than the fast path uncompiled.
     eager = {r["name"]: r["eager_ms"] for r in fast}
     for run in (r for r in compiled["runs"] if r["path"] == "reference"):

@@ -1,9 +1,9 @@
-"""`torch.library.opcheck` on the MoE kernels' custom ops (ops/moe/fused.py): routed experts,
-the router, the sequence-wise aux loss and the whole K2 and K3 layers, forward and backward.
-It checks each op's schema, autograd registration, fake kernel (the output shapes, dtypes and
-strides torch.compile traces with) and AOT dispatch with dynamic shapes against the kernel;
-their numbers against the torch references are tested in test_cpu_kernels.py and
-tests/models/test_moe.py."""
+"""`torch.library.opcheck` on the MoE kernels' custom ops (ops/moe/fused.py and
+fused_layers.py): routed experts, the router, the sequence-wise aux loss and the whole K2 and K3
+layers, forward and backward. It checks each op's schema, autograd registration, fake kernel (the
+output shapes, dtypes and strides torch.compile traces with) and AOT dispatch with dynamic shapes
+against the kernel; their numbers against the torch references are tested in
+test_cpu_kernels.py and tests/models/test_moe.py."""
 
 from __future__ import annotations
 
@@ -18,15 +18,17 @@ from k3scale.ops.cpu import SITU, SWIGLU
 from k3scale.ops.moe.fused import (
     experts_backward,
     experts_forward,
+    route_backward,
+    route_forward,
+    sequence_aux_backward,
+    sequence_aux_forward,
+)
+from k3scale.ops.moe.fused_layers import (
     latent_layer_saved,
     latent_moe_layer_backward,
     latent_moe_layer_forward,
     moe_layer_backward,
     moe_layer_forward,
-    route_backward,
-    route_forward,
-    sequence_aux_backward,
-    sequence_aux_forward,
 )
 from tests.conftest import require_fused_kernels
 from tests.ops.test_cpu_kernels import router_problem

@@ -33,6 +33,8 @@ def test_a_compiled_run_follows_the_eager_run(family, sample_root, tmp_path):
     assert config_hash(compiled_cfg) != config_hash(eager_cfg)
     eager, compiled = train(eager_cfg), train(compiled_cfg)
     assert compiled.steps == eager.steps
+    # The first step compiles: timed apart, out of the rate.
+    assert compiled.time_s["compile"] > 0 and "compile" not in eager.time_s
     np.testing.assert_allclose(compiled.losses, eager.losses, rtol=LOSS_RTOL)
     assert compiled.final_val_ood_loss == pytest.approx(eager.final_val_ood_loss, rel=LOSS_RTOL)
 
