@@ -175,8 +175,12 @@ def _measured_wall_clock(study, preset, data_root: str, dataset: str) -> str:
 
     if preset.gpus_per_trial > 0:
         return "wall-clock: not measured (a GPU preset; this measures CPU trials)"
+    compiled = (
+        ", compiled: the first step, which compiles, not in the rate" if preset.compile else ""
+    )
     print(
-        f"training each rung {MEASURED_STEPS} steps on {dataset} ({preset.threads_per_trial} thread(s)):"
+        f"training each rung {MEASURED_STEPS} steps on {dataset} "
+        f"({preset.threads_per_trial} thread(s){compiled}):"
     )
     rates = rung_rates(study, preset, data_root=data_root, dataset=dataset)
     slots = max(1, (os.cpu_count() or 1) // preset.threads_per_trial)
