@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch._library import custom_ops
 from torch.utils._python_dispatch import TorchDispatchMode
 
 GEMM_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_"})
@@ -83,6 +84,11 @@ class GemmRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func.namespace == "k3scale":
+            # A custom op is one call to a dispatch mode, which would miss the aten GEMMs in its
+            # body (the head loss's chunk GEMMs): run its Python body under this mode instead.
+            with self:
+                return custom_ops.OPDEFS[func.name()]._init_fn(*args, **kwargs)
         name = func.overloadpacket.__name__
         if name in GEMM_OPS and not self.paused:
             specs = tuple(_spec(a) for a in args)

@@ -52,3 +52,15 @@ def test_time_gemms_counts_repeated_calls_once_per_layout():
     result = time_gemms(record_gemms(three_products), seconds_per_call=0.003)
     assert (result["calls"], result["distinct"]) == (3, 2)
     assert result["flops"] == 3 * 2 * 16**3 and result["seconds"] > 0
+
+
+def test_sees_the_gemms_inside_a_custom_op():
+    # The head loss's training path is one custom op whose body runs three GEMMs per chunk; a
+    # dispatch mode sees the op as one call unless the recorder runs its body (issue 34).
+    from k3scale.ops.head_ce.chunked import head_cross_entropy
+
+    hidden = torch.randn(8, 6, requires_grad=True)
+    weight = torch.randn(11, 6, requires_grad=True)
+    targets = torch.randint(0, 11, (8,))
+    calls = record_gemms(lambda: head_cross_entropy(hidden, weight, targets, chunk_rows=4))
+    assert [c.op.overloadpacket.__name__ for c in calls] == ["mm", "mm", "addmm_"] * 2
