@@ -7,16 +7,23 @@ arm is K3's trial config with its switches applied (`Arm.overrides`), K2 runs be
 the sum check (the leave-one-out effects against the whole K3-minus-K2 gap), and Muon -> AdamW
 on every matrix is the positive control: an effect the literature puts at 1.1-2x compute.
 
-Not run yet: the `cpu` preset waits for issue 34 (stacked trials) and is sized by `k3scale study
-plan --measure` and `k3scale bench calibrate --study k3_ablations` before it runs. Its analysis
-is `analysis/k3_ablations.py` (per-arm loss differences and compute multipliers, the anchors'
-power, the sum check) and its page `dashboards/k3_ablations.py` (a forest plot).
+The `cpu` preset was sized by `k3scale study plan --measure` and `k3scale bench calibrate --study
+k3_ablations` before it ran (issue 34's stacked trials were measured not to pay on a CPU: `k3scale
+bench stack`). Its analysis is `analysis/k3_ablations.py` (per-arm loss differences and compute
+multipliers, the anchors' power, the sum check) and its page `dashboards/k3_ablations.py` (a
+forest plot).
 """
 
 import dataclasses
 
 from k3scale.sweep.declaration import Arm, Study
 from sweeps import ladders, presets
+
+# Arms whose switch changes the active parameters get them back (or give them up) in the first
+# layer's dense FFN, so each sits at full K3's N at every rung: a loss difference is then at
+# matched (N, D) and its multiplier needs no frontier reading across N (unmatched, the
+# calibration's no-effect false-positive rate of mla_only's multiplier was 0.12).
+MATCHED_BY = "model.d_ff_dense"
 
 # One arm per component switched back to its K2-side counterpart (or off).
 ARMS = (
@@ -25,42 +32,49 @@ ARMS = (
         base="k3",
         overrides=("model.mla_period=1",),
         note="KDA hybrid -> gated NoPE MLA in every layer",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="ungated_mla",
         base="k3",
         overrides=("model.mla.output_gate=false",),
         note="gated MLA -> ungated MLA",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="rope_mla",
         base="k3",
         overrides=("model.mla.rope=true",),
         note="NoPE -> RoPE on the MLA layers",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="no_attnres",
         base="k3",
         overrides=("model.attnres=false",),
         note="Attention Residuals -> the plain residual sum",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="plain_moe",
         base="k3",
         overrides=("model.moe.d_latent=none",),
         note="Stable LatentMoE -> plain MoE at full width",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="latent_no_norm",
         base="k3",
         overrides=("model.moe.latent_norm=false",),
         note="the latent MoE path without its RMSNorm",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="swiglu",
         base="k3",
         overrides=("model.activation=swiglu",),
         note="SiTU-GLU -> SwiGLU",
+        matched_by=MATCHED_BY,
     ),
     Arm(
         name="loss_free_balancing",
@@ -103,11 +117,15 @@ STUDY = Study(
     presets={
         "smoke": presets.smoke(sizes(ladders.SMOKE)),
         "demo": presets.demo(sizes(ladders.DEMO)),
-        # Provisional, not yet sized (issue 38 item 5): v2's grid design at the two smaller v3
-        # rungs on the v3 seeds; `study plan --measure` and `bench calibrate` set it before it
-        # runs. Compiled: bench train's compiled step is 1.2-1.6x the eager one at s1-s2.
+        # v2's grid design at the two smaller v3 rungs on the v3 seeds, at 10 and 15 tokens per
+        # active parameter (not v2's 20: `study plan --measure` put 10 and 20 at about 130 min
+        # with compile and grid extensions, over the 2-hour cap), compiled (bench train: the
+        # compiled step 1.2-1.3x the eager one at s1-s2). Power: `bench calibrate`.
         "cpu": dataclasses.replace(
-            presets.cpu_v3(presets.cpu_v2(sizes(("s1", "s2")), grid_points=4)), compile=True
+            presets.cpu_v3(
+                presets.cpu_v2(sizes(("s1", "s2")), grid_points=4), budgets_per_param=(10.0, 15.0)
+            ),
+            compile=True,
         ),
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),

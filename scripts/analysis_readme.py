@@ -10,6 +10,7 @@ A generated block sits between two comments; the first names its source:
     <!-- generated: bench train analysis/results/bench/train.json -->   (a `k3scale bench train --json`)
     <!-- generated: bench sweep analysis/results/bench/sweep.json -->   (a `k3scale bench sweep --json`)
     <!-- generated: bench compile analysis/results/bench/compile.json -->   (a `k3scale bench compile --json`)
+    <!-- generated: bench stack analysis/results/bench/stack.json -->   (a `k3scale bench stack --json`)
     ...
     <!-- end generated -->
 
@@ -37,6 +38,7 @@ JSON_SOURCES = {
     "bench sweep ": "k3scale.bench.sweep",
     "bench train ": "k3scale.bench.train",
     "bench compile ": "k3scale.bench.compile",
+    "bench stack ": "k3scale.bench.stack",
 }
 BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 

@@ -17,6 +17,8 @@ BENCHMARKS = {
     "train": "fast vs reference training step per model and shape: speedup, MFU, GEMM bound, bf16",
     "compile": "torch.compile against eager per model and path: graph breaks and their reasons, "
     "compile time with an empty and a warm cache, step time",
+    "stack": "M trials' steps separately, stacked under vmap, and folded into one batch (the "
+    "ceiling of stacking), eager and compiled, per model",
     "sweep": "a smoke study's fixed cost per trial (slot time minus step time) and utilization",
     "fit": "Chinchilla surface fit and 1000-resample bootstrap on 1 and 2 cores",
     "bookkeeping": "per-run MLflow logging, export time and memory, Optuna time per trial as a "

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from k3scale.config import apply_overrides
+from k3scale.errors import K3ScaleError
 from k3scale.models.config import (
     K2Config,
     K3Config,
@@ -177,6 +179,23 @@ def num_params_total(cfg: ModelConfig) -> int:
 def num_params_active(cfg: ModelConfig) -> int:
     """Active parameters per token: top-k experts, head included, input embedding excluded."""
     return sum(param_breakdown(cfg, active=True).values())
+
+
+def with_active_params(cfg: ModelConfig, width: str, target: int) -> ModelConfig:
+    """`cfg` with the int field `width` (dotted, e.g. `d_ff_dense`) set to the value >= 1 whose
+    active parameter count is nearest `target` (ties to the smaller): an ablation arm matched to
+    its base's N where its switch changes it. `width` must enter the count linearly."""
+
+    def at(value: int) -> ModelConfig:
+        return apply_overrides(cfg, [f"{width}={value}"])
+
+    base = num_params_active(at(1))
+    slope = num_params_active(at(2)) - base
+    if slope <= 0:
+        raise K3ScaleError(f"model.{width}: does not change the active parameters; cannot match N")
+    guess = max(1, 1 + round((target - base) / slope))
+    candidates = [at(v) for v in (guess - 1, guess, guess + 1) if v >= 1]
+    return min(candidates, key=lambda c: abs(num_params_active(c) - target))
 
 
 def flops_per_token_6n(cfg: ModelConfig) -> int:

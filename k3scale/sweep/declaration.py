@@ -37,6 +37,10 @@ class Arm:
     """`section.field=value` settings, e.g. `model.attnres=false`, `optim.per_head_muon=false`."""
     note: str = ""
     """What the arm switches, for people."""
+    matched_by: str | None = None
+    """A `model.*` width (an int field, e.g. `d_ff_dense`) set at every rung so the arm's active
+    parameters equal its base's (`accounting.with_active_params`), for switches that change
+    them; None keeps the switch's own N."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9_]+", self.name or "") or self.name in get_args(Arch):
@@ -254,6 +258,10 @@ class Study:
     def overrides(self, arch: str) -> tuple[str, ...]:
         """The config settings an arch name's trials carry on top of their family's."""
         return next((a.overrides for a in self.arms if a.name == arch), ())
+
+    def matched_by(self, arch: str) -> str | None:
+        """The width an arch name's model sets to match its family's active parameters."""
+        return next((a.matched_by for a in self.arms if a.name == arch), None)
 
     def __post_init__(self) -> None:
         # The name becomes a folder, an MLflow experiment and a dashboard layout's file name.

@@ -100,11 +100,19 @@ def _check_arms(study: Study, preset: StudyPreset) -> None:
 
 
 def cell_model(study: Study, cell: Cell):
-    """The cell's model config: its size's preset with its arm's `model.*` switches."""
+    """The cell's model config: its size's preset with its arm's `model.*` switches (and the
+    arm's width matched to the preset's active parameters, when it says so)."""
     switches = [
         o.removeprefix("model.") for o in study.overrides(cell.arch) if o.startswith("model.")
     ]
-    return apply_overrides(get_preset(cell.size), switches)
+    preset = get_preset(cell.size)
+    model = apply_overrides(preset, switches)
+    width = study.matched_by(cell.arch)
+    if width is None:
+        return model
+    return accounting.with_active_params(
+        model, width.removeprefix("model."), accounting.num_params_active(preset)
+    )
 
 
 def cell_flops(study: Study, cell: Cell, preset: StudyPreset) -> int:

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from k3scale.bench.compile import markdown as compile_markdown
+from k3scale.bench.stack import markdown as stack_markdown
 from k3scale.bench.sweep import markdown as sweep_markdown
 from k3scale.bench.train import core_flops_share, step_breakdown
 from k3scale.bench.train import markdown as train_markdown
@@ -100,6 +101,20 @@ def test_compile_prints_breaks_compile_times_and_the_ratio(capsys):
         assert positive(run["first_step_cold_cache_s"]) and positive(run["first_step_warm_cache_s"])
         assert run["compiled_over_eager"] == pytest.approx(run["compiled_ms"] / run["eager_ms"])
     assert f"| k2-s1 | fast | {result['runs'][0]['graphs']} |" in compile_markdown(result)
+
+
+@pytest.mark.slow
+def test_stack_prints_each_way_and_its_ratio_to_separate_steps(capsys):
+    result = bench_json("stack", capsys)
+    (run,) = result["runs"]
+    assert run["name"] == "k2-s1" and run["members"] == 2
+    for way in ("stacked", "folded", "compiled_folded"):
+        assert run[f"{way}_speedup"] == pytest.approx(run["separate_ms"] / run[f"{way}_ms"])
+    assert run["compiled_speedup"] == pytest.approx(
+        run["separate_ms"] / run["compiled_separate_ms"]
+    )
+    assert 0 < run["optimizer_share"] < 1
+    assert stack_markdown(result).count("| k2-s1 |") == 1
 
 
 @pytest.mark.slow

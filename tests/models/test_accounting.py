@@ -205,3 +205,19 @@ def test_every_ladder_preset_builds_with_the_counted_size(family):
 def test_full_scale_model_builds_with_the_counted_size(name):
     cfg = get_preset(name)
     assert _meta_numel(cfg) == accounting.num_params_total(cfg)
+
+
+def test_with_active_params_sets_the_width_nearest_the_target():
+    cfg = get_preset("k3-s1", ["mla_period=1"])
+    target = accounting.num_params_active(get_preset("k3-s1"))
+    matched = accounting.with_active_params(cfg, "d_ff_dense", target)
+    step = 3 * cfg.d_model * cfg.num_dense_layers
+    assert abs(accounting.num_params_active(matched) - target) <= step / 2
+    for other in (matched.d_ff_dense - 1, matched.d_ff_dense + 1):
+        moved = dataclasses.replace(matched, d_ff_dense=other)
+        assert abs(accounting.num_params_active(moved) - target) >= abs(
+            accounting.num_params_active(matched) - target
+        )
+    # Already at the target: unchanged.
+    same = accounting.with_active_params(get_preset("k3-s1"), "d_ff_dense", target)
+    assert same == get_preset("k3-s1")

@@ -1,6 +1,7 @@
 """Arms: named variants of a family (issue 38's ablation arms), declared, planned and trained.
 
-Each arm's trial is its family's trial with the arm's switches and nothing else; every arm of
+Each arm's trial is its family's trial with the arm's switches and nothing else (but the width
+that gives a matched arm its family's active parameters); every arm of
 experiments/k3_ablations.py builds a model that trains a step; AdamW on every matrix leaves no
 parameter to Muon; a default config's hash is what it was before the optimizer switch existed.
 """
@@ -16,7 +17,7 @@ import torch
 
 from k3scale.config import apply_overrides, config_hash, identity_dict
 from k3scale.errors import K3ScaleError
-from k3scale.models import build_model
+from k3scale.models import accounting, build_model
 from k3scale.optim.muon import build_optimizer
 from k3scale.optim.param_groups import build_param_groups
 from k3scale.sweep.declaration import Arm, Study, load_study
@@ -46,7 +47,11 @@ def _config(arch: str, size: str = "k3-t0"):
 @pytest.mark.parametrize("arm", ABLATIONS.arms, ids=lambda a: a.name)
 def test_an_arm_is_its_family_s_trial_with_its_switches_and_nothing_else(arm):
     base, own = _config("k3"), _config(arm.name)
-    assert identity_dict(own) == identity_dict(apply_overrides(base, arm.overrides))
+    switched = apply_overrides(base, arm.overrides)
+    if arm.matched_by:
+        width = arm.matched_by.removeprefix("model.")
+        switched = apply_overrides(switched, [f"model.{width}={getattr(own.model, width)}"])
+    assert identity_dict(own) == identity_dict(switched)
     assert config_hash(own) != config_hash(base), f"{arm.name} switches nothing"
     assert dict(own.track.tags)["k3scale.arch"] == arm.name
 
@@ -62,6 +67,35 @@ def test_every_ablation_arm_builds_a_model_that_trains_a_step(arm):
     loss.backward()
     optimizer.step()
     assert math.isfinite(loss.item())
+
+
+@pytest.mark.parametrize("rung", ["s1", "s2", "t0"])
+def test_a_matched_arm_keeps_its_family_s_active_parameters_at_every_rung(rung):
+    """The cpu preset's arms that change N get it back in the dense FFN: within one width step
+    (48-72 parameters at s1-s2) of full K3's, where unmatched mla_only sat 5-7% below."""
+    size = f"k3-{rung}"
+    full = accounting.num_params_active(_config("k3", size).model)
+    width_step = 3 * _config("k3", size).model.d_model  # a dense GLU: gate, up and down
+    for arm in ABLATIONS.arms:
+        model = _config(arm.name, size).model
+        unmatched = apply_overrides(_config("k3", size), arm.overrides).model
+        if arm.matched_by:
+            assert abs(accounting.num_params_active(model) - full) <= width_step / 2, arm.name
+        else:
+            assert accounting.num_params_active(unmatched) == full, f"{arm.name} changes N"
+    if rung != "t0":  # at t0 the vocab-32k head is most of N
+        mla_only = apply_overrides(_config("k3", size), ("model.mla_period=1",)).model
+        assert accounting.num_params_active(mla_only) < 0.95 * full
+
+
+def test_matching_by_a_width_that_does_not_count_is_one_clear_error():
+    arm = Arm(name="odd", base="k3", overrides=("model.attnres=false",), matched_by="model.rms_eps")
+    preset = dataclasses.replace(SMOKE, sizes={"k3": ("k3-t0",), "odd": ("k3-t0",)})
+    study = dataclasses.replace(
+        ABLATIONS, archs=("k3", "odd"), arms=(arm,), presets={"smoke": preset}
+    )
+    with pytest.raises(K3ScaleError, match=r"arm odd: model\.rms_eps: does not change"):
+        plan_cells(study, preset)
 
 
 def test_adamw_on_every_matrix_leaves_nothing_to_muon():

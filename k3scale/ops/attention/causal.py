@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import load, supports
+from k3scale.ops.members import fold_members
 
 # Widest head the kernel takes. `k3scale bench train` (one thread, batch 16 x 256): with it,
 # k2-d48 (q/k 12, v 8) ran 1.59x the reference against 1.43x with padded flash; at k2-d64 (q/k 24,
@@ -85,3 +86,6 @@ def _backward(ctx, grad_out, _grad_lse, _grad_head_max):
 
 
 attention_forward.register_autograd(_backward, setup_context=_save)
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(attention_forward, fold_members(attention_forward))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import load, supports
+from k3scale.ops.members import loop_members
 
 
 def fused_supported(sources: list[torch.Tensor], query: torch.Tensor) -> bool:
@@ -81,3 +82,6 @@ def _backward(ctx, grad_out, _grad_weights, _grad_rms):
 
 
 attnres_forward.register_autograd(_backward, setup_context=_save)
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(attnres_forward, loop_members(attnres_forward))

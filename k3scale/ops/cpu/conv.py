@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu.build import load
+from k3scale.ops.members import loop_members
 
 
 def conv_silu_fused(padded: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -53,3 +54,6 @@ def _backward(ctx, grad_out, _grad_pre):
 
 
 conv_silu_forward.register_autograd(_backward, setup_context=_save)
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(conv_silu_forward, loop_members(conv_silu_forward))

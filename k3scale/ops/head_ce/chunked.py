@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 
 from k3scale.ops.cpu import load, supports
+from k3scale.ops.members import loop_members
 
 # Rows per chunk by hidden width (width limit, rows): the GEMMs want tall chunks, the softmax
 # pass wants its logits in cache. Measured with the transposed chunks and the column kernel, V
@@ -130,7 +131,8 @@ def head_cross_entropy(
         chunk_rows = chunk_rows_for(hidden.shape[1])
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows: must be >= 1, got {chunk_rows}")
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+    if torch.is_grad_enabled():
+        # Not gated on `requires_grad`: under vmap (stacked trials) a tracked input reads False.
         return head_cross_entropy_with_grads(hidden, weight, targets, chunk_rows)[0]
     num_rows = hidden.shape[0]
     total = hidden.new_zeros(())
@@ -139,3 +141,9 @@ def head_cross_entropy(
         logits_t = weight @ hidden[start : start + chunk_rows].T
         total += step(logits_t, targets[start : start + chunk_rows], num_rows)
     return total / num_rows
+
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(
+    head_cross_entropy_with_grads, loop_members(head_cross_entropy_with_grads)
+)

@@ -36,6 +36,7 @@ from k3scale.ops.cpu import load
 from k3scale.ops.cpu.activation import kernels_loaded
 from k3scale.ops.kda.chunk import chunk_kda
 from k3scale.ops.kda.naive import check_kda_shapes, compute_dtype
+from k3scale.ops.members import fold_members
 
 # Tokens between saved states (the backward recomputes at most this many).
 SEGMENT = 64
@@ -180,3 +181,6 @@ def _backward(ctx, grad_o, grad_final, _grad_checkpoints):
 
 
 recurrence_forward.register_autograd(_backward, setup_context=_save)
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(recurrence_forward, fold_members(recurrence_forward))

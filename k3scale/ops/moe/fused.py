@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import KernelActivation, load
+from k3scale.ops.members import loop_members
 
 
 def routed_experts_fused(
@@ -254,3 +255,9 @@ def fake_plan(x, slots, num_experts):
     """order, token_of, position `[slots]` and offsets `[E + 1]`, int64 (`plan_dispatch_op`)."""
     index = [x.new_empty(slots, dtype=torch.int64) for _ in range(3)]
     return (*index, x.new_empty(num_experts + 1, dtype=torch.int64))
+
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(experts_forward, loop_members(experts_forward))
+torch.library.register_vmap(route_forward, loop_members(route_forward))
+torch.library.register_vmap(sequence_aux_forward, loop_members(sequence_aux_forward))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import KernelActivation, load
+from k3scale.ops.members import loop_members
 from k3scale.ops.moe.fused import fake_plan
 
 # Outputs of the layer ops: the six public ones, then what the backward takes (layer.cpp).
@@ -375,3 +376,7 @@ def latent_layer_saved(tensors, scores, index, extras) -> list[torch.Tensor]:
 latent_moe_layer_forward.register_autograd(
     _latent_moe_layer_backward, setup_context=_latent_moe_layer_save
 )
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(moe_layer_forward, loop_members(moe_layer_forward))
+torch.library.register_vmap(latent_moe_layer_forward, loop_members(latent_moe_layer_forward))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import load, supports
+from k3scale.ops.members import loop_members
 from k3scale.ops.qb.naive import centre, target_load
 
 
@@ -159,3 +160,7 @@ def qb_bias_histogram(
 ) -> torch.Tensor:
     """Next step's centred bias `[n]` fp32 from the step's global margin counts `[n, 1 + R]`."""
     return centre(-qb_threshold_histogram(counts, bias, top_k, interpolate))
+
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(margin_counts_fused, loop_members(margin_counts_fused))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from k3scale.ops.cpu import KernelActivation, load
+from k3scale.ops.members import fold_members
 
 
 def glu_cpu(gate: torch.Tensor, up: torch.Tensor, activation: KernelActivation) -> torch.Tensor:
@@ -59,3 +60,6 @@ def _backward(ctx, grad_out):
 
 
 glu_forward.register_autograd(_backward, setup_context=_save)
+
+# Stacked trials call the op under vmap (ops/members.py).
+torch.library.register_vmap(glu_forward, fold_members(glu_forward))
