@@ -153,12 +153,28 @@ def _caption(result: dict) -> str:
     )
 
 
+def _span(result: dict, key: str) -> str:
+    values = [run_[key] for run_ in result["runs"]]
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def summary(result: dict) -> str:
+    """The ranges over rungs, for the prose around the table."""
+    return (
+        f"Per member, against separate steps: stacked {_span(result, 'stacked_speedup')}x, "
+        f"folded (the ceiling of any stacking) {_span(result, 'folded_speedup')}x, compiled "
+        f"{_span(result, 'compiled_speedup')}x, compiled and folded "
+        f"{_span(result, 'compiled_folded_speedup')}x; the optimizer step is "
+        f"{_span(result, 'optimizer_share')} of a trial's step."
+    )
+
+
 def render(result: dict) -> str:
     header = f"{'model':<7}" + "".join(f"{label:>19}" for _, label in COLUMNS)
     lines = [_caption(result), "", header]
     for run_ in result["runs"]:
         lines.append(f"{run_['name']:<7}" + "".join(f"{c:>19}" for c in _cells(run_)))
-    return "\n".join(lines)
+    return "\n".join([*lines, "", summary(result)])
 
 
 def markdown(result: dict) -> str:
@@ -171,4 +187,4 @@ def markdown(result: dict) -> str:
     ]
     for run_ in result["runs"]:
         lines.append(f"| {run_['name']} | " + " | ".join(_cells(run_)) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", summary(result)]) + "\n"

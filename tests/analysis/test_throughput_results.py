@@ -65,3 +65,27 @@ def test_the_slow_path_notice_quotes_the_committed_speedups(train):
     readme = (RESULTS.parents[2] / "README.md").read_text()
     low, high = FUSED_SPEEDUP_RANGE
     assert f"path's step was {low}-{high}x quicker" in readme
+
+
+@pytest.fixture(scope="module")
+def stack() -> dict:
+    return json.loads((RESULTS / "stack.json").read_text())
+
+
+def test_stacking_s_ceiling_and_compiling_stay_short_of_twice_today_s_rate(stack):
+    """The "Stacking trials" prose: the stacked step about as fast as separate ones, compiling
+    gaining more than folding, and the two together well short of 2x, at every v2 rung."""
+    assert [r["name"] for r in stack["runs"]] == [
+        "k2-s1",
+        "k3-s1",
+        "k2-s2",
+        "k3-s2",
+        "k2-s3",
+        "k3-s3",
+    ]
+    assert stack["git_dirty"] == "false"
+    for run in stack["runs"]:
+        assert 0.85 < run["stacked_speedup"] < 1.1, run["name"]
+        assert run["stacked_speedup"] <= run["folded_speedup"] * 1.02, run["name"]
+        assert run["compiled_speedup"] > run["folded_speedup"], run["name"]
+        assert run["compiled_folded_speedup"] < 1.5, run["name"]
