@@ -127,7 +127,11 @@ STUDY = Study(
             ),
             compile=True,
         ),
-        "gpu": presets.gpu(sizes(ladders.GPU)),
+        # One H100-class GPU for about 6 hours at the gpu presets' assumed 2e14 FLOP/s: 2.3e18
+        # tuning FLOPs (`study plan --preset gpu`), 3.9e18 with each cell's two re-runs; four
+        # rungs at 10 tokens per parameter give full K3's frontier four cells. One trial at a time, not stacked (`bench stack`: stacking
+        # did not pay on a CPU; on a GPU it is not measured).
+        "gpu": presets.gpu_grid(sizes(ladders.ABLATION_GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },
 )

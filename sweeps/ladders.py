@@ -9,6 +9,8 @@ CPU_SCHEDULES = ("t1", "t2", "t3")
 SMALL_VOCAB = ("s1", "s2", "s3")
 """The v2 reference studies' rungs (vocab 512; k3scale.models.presets small ladders)."""
 GPU = ("t4", "t5", "t6", "t7")
+ABLATION_GPU = ("t3", "t4", "t5", "t6")
+"""The ablation's twelve arms on one GPU: a rung lower than the flagship studies'."""
 CLUSTER = ("t5", "t6", "t7", "t8", "t9")
 
 

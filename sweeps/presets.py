@@ -209,6 +209,43 @@ def gpu(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
     )
 
 
+def gpu_grid(
+    sizes: dict[str, tuple[str, ...]],
+    budgets_per_param: tuple[float, ...] = (10.0,),
+    grid_points: int = 3,
+    first_center: float = 6e-3,
+    rung_lr_ratio: float = 1.6,
+) -> StudyPreset:
+    """`gpu`'s hardware with the v2 grid design: every cell on one LR grid at one batch size
+    (32 x 1024 tokens: 248 steps at the smallest cell of the t3 rung at 10 tokens per parameter),
+    extended until each optimum is interior, each rung's centre `rung_lr_ratio` below the
+    previous one's (the cpu studies' optima fell about one 1.6x step per rung), and each cell's
+    best point re-run on two more seeds shared by every arm. Sized by FLOPs, not measured (no
+    GPU was lent while building it), at `gpu`'s assumed 2e14 FLOP/s."""
+    centers = {
+        size: first_center / rung_lr_ratio**rung
+        for ladder in sizes.values()
+        for rung, size in enumerate(ladder)
+    }
+    grid = LRGrid(
+        center=first_center,
+        points=grid_points,
+        ratio=1.6,
+        max_extensions=2,
+        batch_size=32,
+        size_centers=centers,
+    )
+    return dataclasses.replace(
+        gpu(sizes),
+        budgets=(1,),  # unused: budgets_per_param sets each size's budgets
+        budgets_per_param=budgets_per_param,
+        trials_per_cell=grid.points,
+        lr_grid=grid,
+        seeds=(0, 1, 2),
+        micro_batch_size=32,
+    )
+
+
 def cluster(sizes: dict[str, tuple[str, ...]]) -> StudyPreset:
     """A Ray cluster of GPU nodes: larger ladders and budgets, one GPU per trial.
 
