@@ -81,8 +81,26 @@ def verdict_text(m: Estimate) -> str:
     return "not resolved (holds 1)"
 
 
+def anchor_reading(m: Estimate, anchor: float | None) -> str:
+    """What the interval says of a published multiplier: agrees (holds it and excludes 1),
+    disagrees (excludes it), or cannot tell (holds both it and 1)."""
+    if anchor is None:
+        return "-"
+    if not m.identified:
+        return "cannot tell (not identified)"
+    lo, hi = m.interval
+    if hi < anchor:
+        return f"disagrees: below {anchor:g}x"
+    if lo > anchor:
+        return f"disagrees: above {anchor:g}x"
+    if lo > 1 or hi < 1:
+        return "agrees"
+    return f"cannot tell (holds 1 and {anchor:g}x)"
+
+
 def table(by_conv: dict[str, ComponentEffects]) -> str:
-    """component | switched back | loss diff | M per convention | power | anchor | source."""
+    """component | switched back | loss diff | M per convention | verdict | power | the anchor's
+    reading | anchor | source."""
     convs = sorted(by_conv)
     first = by_conv[convs[0]]
     if first.skipped:
@@ -90,16 +108,20 @@ def table(by_conv: dict[str, ComponentEffects]) -> str:
     head = " | ".join(f"M ({c}) [95%]" for c in convs)
     rows = [
         f"| component | switched back | loss arm - {first.full} [95%] | {head} | verdict "
-        f"({convs[0]}) | power at the anchor ({convs[0]}) | anchor | source |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in convs) + " | --- | --- | --- | --- |",
+        f"({convs[0]}) | power at the anchor ({convs[0]}) | against the anchor ({convs[0]}) "
+        "| anchor | source |",
+        "| --- | --- | --- | "
+        + " | ".join("---" for _ in convs)
+        + " | --- | --- | --- | --- | --- |",
     ]
     for e in _ordered(first):
         ms = " | ".join(ratio_text(by_conv[c].effects[e.arm].multiplier) for c in convs)
         anchor = e.anchor.text if e.anchor else "-"
         source = e.anchor.source if e.anchor else "-"
+        reading = anchor_reading(e.multiplier, e.anchor.multiplier if e.anchor else None)
         rows.append(
             f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {verdict_text(e.multiplier)} | "
-            f"{power_text(e)} | {anchor} | {source} |"
+            f"{power_text(e)} | {reading} | {anchor} | {source} |"
         )
     sums = [sum_text(by_conv[c].sum_check, first.full, c) for c in convs if by_conv[c].sum_check]
     return "\n".join([*rows, "", *(f"{s[0].upper()}{s[1:]}." for s in sums)])
