@@ -38,3 +38,39 @@ def test_no_null_effect_is_detected_in_more_than_5_percent_of_studies(scenarios)
 def test_the_anchored_components_would_be_seen_at_their_anchors(scenarios):
     for quantity in ("M_mla_only", "M_no_attnres", "M_adamw", "M_k2"):
         assert scenarios["anchors"][quantity]["detect_rate"] >= 0.99, quantity
+
+
+@pytest.fixture(scope="module")
+def effects() -> dict:
+    from k3scale.scaling import component_text
+
+    fit = json.loads((RESULTS / "k3_ablations-cpu" / "fit.json").read_text())
+    return component_text.read(fit["results"])
+
+
+def _interval(effects: dict, arm: str, conv: str = "c_6n") -> tuple[float, float]:
+    multiplier = effects[conv].effects[arm].multiplier
+    assert multiplier.identified, arm
+    return tuple(multiplier.interval)
+
+
+def test_the_readme_s_reading_of_the_cpu_study_holds(effects):
+    """Each bullet of "How to read it" under the cpu study's table in analysis/README.md."""
+    lo, hi = _interval(effects, "adamw")
+    assert lo > 1.4 and hi < 2.0  # above the tuned 0.1B anchor, inside Moonlight's 2x
+    for conv in ("c_6n", "c_attn"):
+        assert _interval(effects, "mla_only", conv)[0] > 1.16
+    assert _interval(effects, "no_attnres")[1] < 1.0
+    arms = effects["c_6n"].effects
+    hurts = [arm for arm in arms if _interval(effects, arm)[1] < 1.0]
+    assert hurts == ["no_attnres"]  # the one component whose sign the tiny models reverse
+    assert _interval(effects, "latent_no_norm")[0] > 1.0
+    unresolved = ("plain_moe", "ungated_mla", "rope_mla", "swiglu", "loss_free_balancing")
+    for arm in (*unresolved, "full_matrix_muon"):
+        lo, hi = _interval(effects, arm)
+        assert lo < 1.0 < hi, arm
+    lo, hi = _interval(effects, "k2")
+    assert lo > 1.0 and hi < 2.5
+    share = effects["c_6n"].sum_check.share
+    assert 0.8 < share.value < 1.0  # the point estimate: almost wholly
+    assert share.interval[0] < 0.5 and share.interval[1] > 1.0  # too wide to tell
