@@ -46,7 +46,6 @@ ARMS = (
         base="k3",
         overrides=("model.mla.rope=true",),
         note="NoPE -> RoPE on the MLA layers",
-        matched_by=MATCHED_BY,
     ),
     Arm(
         name="no_attnres",
@@ -74,7 +73,6 @@ ARMS = (
         base="k3",
         overrides=("model.activation=swiglu",),
         note="SiTU-GLU -> SwiGLU",
-        matched_by=MATCHED_BY,
     ),
     Arm(
         name="loss_free_balancing",
@@ -129,8 +127,9 @@ STUDY = Study(
         ),
         # One H100-class GPU for about 6 hours at the gpu presets' assumed 2e14 FLOP/s: 2.3e18
         # tuning FLOPs (`study plan --preset gpu`), 3.9e18 with each cell's two re-runs; four
-        # rungs at 10 tokens per parameter give full K3's frontier four cells. One trial at a time, not stacked (`bench stack`: stacking
-        # did not pay on a CPU; on a GPU it is not measured).
+        # rungs at 10 tokens per parameter give full K3's frontier four cells. One trial at a
+        # time, not stacked (`bench stack`: stacking did not pay on a CPU; on a GPU it is not
+        # measured).
         "gpu": presets.gpu_grid(sizes(ladders.ABLATION_GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

@@ -41,17 +41,11 @@ def _step(model: torch.nn.Module, rows: torch.Tensor) -> Callable[[], None]:
     return step
 
 
-def _members(name: str, count: int) -> list[torch.nn.Module]:
-    members = []
-    for seed in range(count):
-        torch.manual_seed(seed)
-        members.append(training_model(name, "cpu"))
-    return members
-
-
 def measure(name: str, members: int, rounds: int) -> dict:
     """Separate, stacked, folded (eager and compiled) and the optimizer share at one rung."""
-    models = _members(name, members)
+    # Members share one initialisation (`training_model` seeds it): the timing does not depend
+    # on the weights.
+    models = [training_model(name, "cpu") for _ in range(members)]
     tokens = torch.randint(
         0, models[0].cfg.vocab_size, (members, STUDY.batch_size, STUDY.seq_len + 1)
     )
