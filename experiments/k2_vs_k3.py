@@ -41,6 +41,41 @@ BATCH_CHECK = {
     for batch in (4, 7, 12)
 }
 
+# Three ratios per size for the surface route, on the v3 seeds 3-5 (analysis/README.md,
+# "The v3 designs", compares 2 and 3 seeds by simulated power at their planned minutes;
+# the studies ran well under plan: cosine_vs_wsd 48.5 min, this one 40.3).
+CPU_V3 = presets.cpu_v3(CPU_V2, budgets_per_param=(5.0, 10.0, 20.0))
+
+# Each held-out rung's predicted optimal LR (issue 47): placeholders, replaced by the committed
+# predictions. Until then: the cpu_v3 s3 centre one 1.6x step lower per doubling of N_active.
+HELDOUT_LR_CENTERS = {
+    "k2-s4": V2_PILOT_CENTERS["k2-s3"] / 1.6,
+    "k3-s4": V2_PILOT_CENTERS["k3-s3"] / 1.6,
+    "k2-s5": V2_PILOT_CENTERS["k2-s3"] / 1.6**2,
+    "k3-s5": V2_PILOT_CENTERS["k3-s3"] / 1.6**2,
+}
+
+# The held-out check of the v3 fits (issue 47 item 5): cpu_v3 at s4, on a WSD trunk to 20 tokens
+# per parameter with branches at 5 and 10, a 3-point grid at each prediction, extended as v3's
+# (where the optimum lands is part of the check).
+HELDOUT = presets.held_out(
+    CPU_V3,
+    sizes(ladders.HELD_OUT),
+    budgets_per_param=(5.0, 10.0, 20.0),
+    size_centers=HELDOUT_LR_CENTERS,
+)
+# s5 at 20 tokens per parameter, meant as one LR (the prediction) on seeds 3 and 4; LRGrid takes
+# no fewer than 3 points, so this is the nearest it declares: the prediction and one 1.6x step
+# each side on seed 3, no extensions, the best re-run on seed 4.
+HELDOUT_S5 = presets.held_out(
+    CPU_V3,
+    sizes(ladders.HELD_OUT_TOP),
+    budgets_per_param=(20.0,),
+    size_centers=HELDOUT_LR_CENTERS,
+    max_extensions=0,
+    seeds=(3, 4),
+)
+
 # The demo's grid centre: one 1.6x step above v2's at s1, as 5 tokens per parameter is shorter
 # training (the v3 cosine cell at 10 chose 3.0e-2, the top of its grid).
 DEMO_CENTER = 1.5e-2 * 1.6
@@ -60,11 +95,10 @@ STUDY = Study(
         ),
         "cpu": presets.cpu(sizes(ladders.CPU)),
         "cpu_v2": CPU_V2,
-        # Three ratios per size for the surface route, on the v3 seeds 3-5 (analysis/README.md,
-        # "The v3 designs", compares 2 and 3 seeds by simulated power at their planned minutes;
-        # the studies ran well under plan: cosine_vs_wsd 48.5 min, this one 40.3).
-        "cpu_v3": presets.cpu_v3(CPU_V2, budgets_per_param=(5.0, 10.0, 20.0)),
+        "cpu_v3": CPU_V3,
         **BATCH_CHECK,
+        "heldout": HELDOUT,
+        "heldout_s5": HELDOUT_S5,
         "gpu": presets.gpu(sizes(ladders.GPU)),
         "cluster": presets.cluster(sizes(ladders.CLUSTER)),
     },

@@ -14,7 +14,7 @@ import sys
 
 from k3scale.errors import K3ScaleError
 
-GROUPS = ("data", "model", "train", "study", "export", "fit", "dashboard", "bench", "ui")
+GROUPS = ("data", "model", "train", "study", "export", "fit", "predict", "dashboard", "bench", "ui")
 
 # Set in every entry point, before Ray or MLflow are imported. Ray's RAY_AUTH_MODE is not among
 # them: the Ray a study starts for itself sets token auth (k3scale/sweep/run.py), and a cluster

@@ -11,6 +11,8 @@ A generated block sits between two comments; the first names its source:
     <!-- generated: bench sweep analysis/results/bench/sweep.json -->   (a `k3scale bench sweep --json`)
     <!-- generated: bench compile analysis/results/bench/compile.json -->   (a `k3scale bench compile --json`)
     <!-- generated: bench stack analysis/results/bench/stack.json -->   (a `k3scale bench stack --json`)
+    <!-- generated: leave one rung out analysis/results/loro.json -->   (scripts/leave_one_rung_out.py)
+    <!-- generated: held-out predictions analysis/results/predictions/k2_vs_k3-heldout-scored.json -->
     ...
     <!-- end generated -->
 
@@ -39,6 +41,8 @@ JSON_SOURCES = {
     "bench train ": "k3scale.bench.train",
     "bench compile ": "k3scale.bench.compile",
     "bench stack ": "k3scale.bench.stack",
+    "leave one rung out ": "k3scale.scaling.holdout",
+    "held-out predictions ": "k3scale.scaling.heldout_score",
 }
 BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 

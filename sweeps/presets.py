@@ -168,6 +168,39 @@ def cpu_v3(
     )
 
 
+def held_out(
+    v3: StudyPreset,
+    sizes: dict[str, tuple[str, ...]],
+    budgets_per_param: tuple[float, ...],
+    size_centers: dict[str, float],
+    grid_points: int = 3,
+    max_extensions: int | None = None,
+    seeds: tuple[int, ...] = (),
+) -> StudyPreset:
+    """A held-out check of a v3 design (issue 47): its data, batch, schedule, evaluation and seeds
+    at rungs and budgets its fits never saw, on a `grid_points` LR grid 1.6x apart centred per
+    size on the LR the fits predict (`size_centers`), extended as v3's grid unless
+    `max_extensions` says otherwise. Warmup is v3's in tokens per active parameter (its fraction
+    of v3's smallest budget), so a run with no budget below 20 tokens per parameter warms up as
+    v3's runs at 20 did. `seeds`: v3's unless given (the first tunes, the others re-run)."""
+    grid = dataclasses.replace(
+        v3.lr_grid,
+        points=grid_points,
+        max_extensions=v3.lr_grid.max_extensions if max_extensions is None else max_extensions,
+        size_centers=size_centers,
+    )
+    warmup_per_param = v3.warmup_fraction * min(v3.budgets_per_param)
+    return dataclasses.replace(
+        v3,
+        sizes=sizes,
+        budgets_per_param=budgets_per_param,
+        trials_per_cell=grid.points,
+        lr_grid=grid,
+        seeds=seeds or v3.seeds,
+        warmup_fraction=warmup_per_param / min(budgets_per_param),
+    )
+
+
 def cpu_v2_batch_check(v2: StudyPreset, arch: str, size: str, batch_size: int) -> StudyPreset:
     """One cell of a cpu_v2 design at another fixed batch: the sensitivity check of its batch
     rule (issue 20). The cell is `size` at 20 tokens per active parameter, the larger budget (a

@@ -52,7 +52,8 @@ def surface(parser: argparse.ArgumentParser, prefix: str = "k3scale") -> dict[st
 def test_help_lists_every_command_group():
     result = run_cli("--help")
     assert result.returncode == 0
-    for group in ("data", "model", "train", "study", "export", "fit", "dashboard", "bench", "ui"):
+    groups = ("data", "model", "train", "study", "export", "fit", "predict", "dashboard", "bench")
+    for group in (*groups, "ui"):
         assert f"    {group}" in result.stdout
 
 
@@ -106,6 +107,7 @@ FROZEN = {
     "--from --grid --group-col --help --json --loss --loss-col --n-col --out "
     "--replicas --seed --tracking-uri --workers -h <analysis> <csv>",
     "k3scale model": "--help -h",
+    "k3scale predict": "--cell --compute --conv --help --json --out -h <fit>",
     "k3scale model info": "--help --json --seq-len --set -h <preset>",
     "k3scale model list": "--help --json -h",
     "k3scale study": "--help -h",

@@ -43,7 +43,7 @@ def test_the_main_job_ends_on_the_answers_of_every_study():
         assert part.count("ANSWER: ") >= studies, part
         for page in re.findall(r"^dashboard: (\S+)", part, flags=re.MULTILINE):
             assert Path(page).is_file()
-    assert "ANSWER: cosine - wsd, pooled over" in reference
+    assert "ANSWER: cosine - wsd on the re-runs that did not choose the points" in reference
     assert re.search(r"^browse runs: k3scale ui --study-dir \S+", live, flags=re.MULTILINE)
     # While a study runs it names its live MLflow server; the last screen names none (they have
     # stopped by then) and MLflow's own "View run" lines never show.

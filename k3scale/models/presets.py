@@ -70,9 +70,13 @@ K3_LADDER = {
 # family over widths 24-48 (K2: L = d/12 + 2) and 16-32 (K3: L = d/8 + 2; its layers are heavier,
 # so the rungs pair with K2's within 15% of N_active). N_active: K2 33.7k / 75.3k / 136.8k, K3
 # 29.9k / 66.8k / 124.9k (0.61-0.62 decades; tests/models/test_presets.py holds the rules).
+# s4 and s5 are held out of the v3 fits (issue 47): about 2x and 4x s3's N_active, K2 269.5k
+# (1.97x) / 521.3k (3.81x), K3 236.4k (1.89x) / 485.6k (3.89x). s5 keeps the rule exactly; no
+# width that does is near 2x (K2 d = 60 / 72: 1.68x / 2.58x, K3 d = 40 / 48: 1.73x / 2.61x), so
+# s4 takes the nearest whole layer: K2 d = 64, L = 7 (rule 7.33), K3 d = 44, L = 7 (rule 7.5).
 SMALL_VOCAB = 512
-K2_SMALL_LADDER = {"s1": (24, 4), "s2": (36, 5), "s3": (48, 6)}
-K3_SMALL_LADDER = {"s1": (16, 4), "s2": (24, 5), "s3": (32, 6)}
+K2_SMALL_LADDER = {"s1": (24, 4), "s2": (36, 5), "s3": (48, 6), "s4": (64, 7), "s5": (84, 9)}
+K3_SMALL_LADDER = {"s1": (16, 4), "s2": (24, 5), "s3": (32, 6), "s4": (44, 7), "s5": (56, 9)}
 
 # Ladder MoE sizes (architecture.md 10.3: keep E modest at small scale; K3 E = 7/3 x, k = 2 x).
 K2_EXPERTS, K2_TOP_K = 12, 2

@@ -49,4 +49,21 @@ def component_effects(
         effects[arm] = dataclasses.replace(effect, anchor=anchor, power=power)
     parts = {arm: logs.get(arm) for arm in ablation.sum_arms}
     check = arm_effects.sum_check(ablation.against, logs.get(ablation.against), parts)
-    return ComponentEffects(ablation.full, conv, ablation.positive_control, effects, check)
+    return ComponentEffects(
+        ablation.full, conv, ablation.positive_control, effects, check, method=_method(frontier)
+    )
+
+
+def _method(frontier) -> str:
+    """How the multipliers were read: through the full model's law, or, where its checks refuse
+    it, through its monotone frontier (and why)."""
+    through = (
+        "the full model's frontier law (envelope route)"
+        if frontier.refused is None
+        else f"the full model's monotone frontier (its frontier law is refused: {frontier.refused})"
+    )
+    return (
+        "arm minus full at each design cell (rung, budget rank), paired by seed; multiplier "
+        f"C_arm / C* with L*(C*) = L*(C_full) + diff on {through}; pooled: mean difference and "
+        "geometric-mean multiplier over cells; percentile intervals over the shared draws"
+    )

@@ -3,7 +3,8 @@ excludes (issue 33 item 7, issue 37 item 1).
 
 The report, the dashboard's headline and analysis/README.md's generated blocks all open with
 these sentences, so a reader meets the same answer wherever they look. A schedule study answers
-with its pooled difference (paired by seed) and the check across sizes; a study of arms answers
+with its selection-free difference (the re-runs at the chosen points, paired by seed), with the
+pooled difference over all seeds and the check across sizes as context; a study of arms answers
 with the compute multiplier at the middle of the overlap under 6ND, by each identified route,
 the range of M(C) over the overlap and its rate; an ablation with its positive control's
 verdict and the sum check.
@@ -20,8 +21,9 @@ from k3scale.scaling.values.fitdoc import (
     PooledDifference,
     read_comparisons,
     read_schedule_comparison,
+    route_agreement,
 )
-from k3scale.scaling.values.text import reason_text
+from k3scale.scaling.values.text import diff_text, difference_says, reason_text
 from k3scale.scaling.values.uncertainty import Estimate
 
 # The FLOP convention the answers read (the K3 report's multiplier is in 6 N D).
@@ -58,74 +60,160 @@ def _signed(value: float) -> str:
     return f"{value:+.3f}"
 
 
-def difference_answer(p: PooledDifference, ref: str, other: str) -> str:
-    """The pooled difference ref - other and the differences its interval excludes."""
-    head = f"{ref} - {other}, pooled over {p.identified_cells} of {p.cells} cells (paired by seed)"
-    e = p.mean
-    if not e.identified:
-        return f"{head}: {reason_text(e.verdict)}"
+def _difference_text(e: Estimate, ref: str, other: str) -> str:
     lo, hi = e.interval
-    if hi < 0:
-        says = f"{ref} lower, by {-hi:.3f} to {-lo:.3f} nats; it excludes no difference"
-    elif lo > 0:
-        says = f"{other} lower, by {lo:.3f} to {hi:.3f} nats; it excludes no difference"
-    else:
-        says = (
-            f"not resolved; it excludes {ref} lower by more than {-lo:.3f} nats and {other} "
-            f"lower by more than {hi:.3f}"
-        )
-    line = f"{head}: {_signed(e.value)} [{_signed(lo)}, {_signed(hi)}] nats: {says}"
+    says = difference_says(e, ref, other)
+    return f"{_signed(e.value)} [{_signed(lo)}, {_signed(hi)}] nats, {says}"
+
+
+def _pooled_text(p: PooledDifference, ref: str, other: str) -> str:
+    """The all-seeds pooled mean with what it says and the check across sizes, or why not."""
+    if not p.mean.identified:
+        return reason_text(p.mean.verdict)
+    text = _difference_text(p.mean, ref, other)
     check = p.across_sizes
     if check is not None and check.identified:
-        line += (
+        text += (
             f" (across {p.clusters} sizes, without the seed model: "
             f"[{_signed(check.interval[0])}, {_signed(check.interval[1])}])"
         )
-    return line + "."
+    return text
+
+
+def difference_answer(p: PooledDifference, ref: str, other: str) -> str:
+    """The difference ref - other that the study signs, and what its interval says.
+
+    The tuning seed chose each schedule's point, so a reading that includes it carries the
+    selection's luck: the signed reading is the selection-free one (the re-runs at the chosen
+    points, paired by seed) where it is identified, with the all-seeds pooled mean beside it as
+    context; otherwise the pooled mean is signed and the line says why.
+    """
+    pooled = f"pooled over {p.identified_cells} of {p.cells} cells (paired by seed)"
+    free = p.selection_free
+    if free is None or not free.identified:
+        why = (
+            "no paired re-runs on other seeds"
+            if free is None
+            else f"the selection-free reading is not identified: {free.verdict.reason}"
+        )
+        return (
+            f"{ref} - {other}, {pooled}, with the tuning seed that chose the points ({why}): "
+            f"{_pooled_text(p, ref, other)}."
+        )
+    signs = p.pair_signs
+    return (
+        f"{ref} - {other} on the re-runs that did not choose the points ({p.pairs} pairs at "
+        f"matched seeds in {p.pair_cells} of {p.cells} cells; signed here, since the tuning seed "
+        f"chose each schedule's point and its differences carry the selection's luck): "
+        f"{_difference_text(free, ref, other)}; {ref} lower in {signs.get(f'{ref} lower', 0)} "
+        f"and {other} lower in {signs.get(f'{other} lower', 0)} of {p.pairs} pairs. "
+        f"As context, all seeds {pooled}: {_pooled_text(p, ref, other)}."
+    )
 
 
 def multiplier_answers(comparison: Comparison, new: str) -> list[str]:
-    """Per route: the middle of the overlap, the range and the rate where it has M(C), else why
-    not."""
-    out = []
-    for route_name, route in sorted(comparison.routes.items()):
-        where = f"{new} over {comparison.baseline}, {route_name} route (6ND)"
-        values = route.multiplier.get(new)
-        if route.skipped or not values:
-            out.append(f"{where}: not identified ({route.skipped or 'no M(C)'}).")
-            continue
-        middle = len(values) // 2
-        at = comparison.compute[middle]
-        line = f"{where}, at C = {at:.3g} FLOPs (mid-overlap): M = {_ratio_says(values[middle])}"
-        shown = [e.value for e in values if e.identified]
-        if shown:
-            line += (
-                f"; identified at {len(shown)} of {len(values)} computes of the overlap, "
-                f"{min(shown):.3g} to {max(shown):.3g}"
-            )
-        out.append(line + ".")
-        rate = route.rate.get(new)
-        if rate is not None:
-            out.append(f"{where}: {_rate_says(rate)}.")
+    """The multiplier at the middle of the overlap and its rate, read from the routes that pass
+    their own checks (methods.md 4.11): a number is signed only where two or more of them agree;
+    with one, it stands unconfirmed; with none, no number is printed. Then one line naming each
+    refused route and why."""
+    where = f"{new} over {comparison.baseline} (6ND)"
+    middle = len(comparison.compute) // 2
+    at = comparison.compute[middle]
+    passing = {
+        name: route.multiplier[new][middle]
+        for name, route in sorted(comparison.routes.items())
+        if not route.skipped
+        and new in route.multiplier
+        and route.multiplier[new][middle].identified
+    }
+    rates = {
+        name: route.rate[new]
+        for name, route in sorted(comparison.routes.items())
+        if not route.skipped and new in route.rate and route.rate[new].identified
+    }
+    out = [
+        f"{where}, M at C = {at:.3g} FLOPs (mid-overlap): "
+        + _routes_say(passing, _ratio_says, "M(C)")
+        + _span(comparison, new, passing)
+        + ".",
+        f"{where}, rate d log M / d log C: " + _routes_say(rates, _rate_says, "the rate") + ".",
+    ]
+    refused = _refusals(comparison, new, middle)
+    if refused:
+        out.append(f"{where}, routes that sign nothing here: {refused}.")
     return out
 
 
+def _routes_say(passing: dict[str, Estimate], says, name: str) -> str:
+    """What the passing routes' estimates say together: the one route's reading, unconfirmed;
+    several that agree, each with its reading; several that disagree, their spread only."""
+    if not passing:
+        return f"no route passes its checks, so {name} is not read"
+    agreement = route_agreement(passing)
+    each = "; ".join(f"{route} route {says(e)}" for route, e in passing.items())
+    if len(passing) == 1:
+        return f"only the {each} (no second route to confirm it)"
+    if agreement["status"].startswith("agree"):
+        return f"the routes that pass agree: {each}"
+    return (
+        f"the routes that pass disagree ({', '.join(passing)}: from {agreement['low']:.3g} to "
+        f"{agreement['high']:.3g}), so no number is signed"
+    )
+
+
+def _span(comparison: Comparison, new: str, passing: dict[str, Estimate]) -> str:
+    """The range of the passing routes' M(C) over the overlap (one route: its own range)."""
+    shown = [
+        e.value for name in passing for e in comparison.routes[name].multiplier[new] if e.identified
+    ]
+    if len(passing) != 1 or not shown:
+        return ""
+    (name,) = passing
+    count = len(comparison.routes[name].multiplier[new])
+    return (
+        f"; over the overlap it reads M at {len(shown)} of {count} computes, from "
+        f"{min(shown):.3g} to {max(shown):.3g}"
+    )
+
+
+def _refusals(comparison: Comparison, new: str, middle: int) -> str:
+    """Each route without M at the middle compute, with its reason (skipped or refused)."""
+    out = []
+    for name, route in sorted(comparison.routes.items()):
+        if route.skipped:
+            out.append(f"{name} ({route.skipped})")
+        elif new in route.multiplier and not route.multiplier[new][middle].identified:
+            out.append(f"{name} ({route.multiplier[new][middle].verdict.reason})")
+    return "; ".join(out)
+
+
 def component_answers(effects: ComponentEffects) -> list[str]:
-    """The positive control's verdict, and what it implies for every other arm; the sum check."""
+    """The positive control's verdict, and what it implies for every other arm; the sum check.
+
+    The control is read in compute where its multiplier is identified, else in loss (the
+    difference every arm is measured in first): a control whose loss difference excludes 0
+    shows that the design sees an effect of its kind even where no frontier converts it into
+    compute."""
     if effects.skipped:
         return [f"component effects (6ND): not identified ({effects.skipped})."]
     control = effects.effects.get(effects.positive_control)
     out = []
     if control is not None:
-        m = control.multiplier
-        line = (
-            f"positive control {control.arm} ({control.note}), worth to {effects.full} in "
-            f"compute (6ND): M = {_ratio_says(m)}"
-        )
-        if not m.identified or m.interval[0] <= 1:
+        head = f"positive control {control.arm} ({control.note})"
+        m, loss = control.multiplier, control.loss.mean
+        if m.identified:
+            line = f"{head}, worth to {effects.full} in compute (6ND): {_ratio_says(m)}"
+            seen = m.interval[0] > 1
+        else:
+            line = (
+                f"{head}, loss {control.arm} - {effects.full}: {diff_text(loss)} nats; its worth "
+                f"in compute (6ND) is {reason_text(m.verdict)}"
+            )
+            seen = loss.identified and loss.interval[0] > 0
+        if not seen:
             line += (
-                "; the design does not see the optimizer's effect at this scale, so an arm "
-                "whose interval holds 1 is no evidence that its component does nothing"
+                "; the design does not see the control's effect at this scale, so an arm whose "
+                "interval holds 0 is no evidence that its component does nothing"
             )
         out.append(line + ".")
     if effects.sum_check is not None:
@@ -137,25 +225,21 @@ def _ratio_says(e: Estimate) -> str:
     if not e.identified:
         return reason_text(e.verdict)
     lo, hi = e.interval
-    text = f"{e.value:.3g} [{lo:.3g}, {hi:.3g}]"
+    text = f"M = {e.value:.3g} [{lo:.3g}, {hi:.3g}]"
     if lo > 1:
-        return f"{text}, excluding no advantage (M = 1) and M above {hi:.3g}"
+        return f"{text}, an advantage of {lo:.3g}x to {hi:.3g}x"
     if hi < 1:
-        return f"{text}, excluding no advantage (M = 1) and M below {lo:.3g}"
-    return f"{text}, not resolved: excluding M above {hi:.3g} and below {lo:.3g}"
+        return f"{text}, a disadvantage (the interval lies below 1)"
+    return f"{text}, not resolved (the interval holds 1)"
 
 
 def _rate_says(e: Estimate) -> str:
-    name = "rate d log M / d log C"
     if not e.identified:
-        return f"{name} {reason_text(e.verdict)}"
+        return reason_text(e.verdict)
     lo, hi = e.interval
-    text = f"{name} = {_signed(e.value)} [{_signed(lo)}, {_signed(hi)}]"
+    text = f"{_signed(e.value)} [{_signed(lo)}, {_signed(hi)}]"
     if lo > 0:
-        return f"{text}: the advantage grows with compute"
+        return f"{text}, the advantage grows with compute"
     if hi < 0:
-        return f"{text}: the advantage shrinks with compute"
-    return (
-        f"{text}: it holds 0 (a constant advantage is not excluded) and excludes slopes above "
-        f"{_signed(hi)} and below {_signed(lo)}"
-    )
+        return f"{text}, the advantage shrinks with compute"
+    return f"{text}, the interval holds 0 (a constant advantage)"

@@ -69,10 +69,16 @@ def sum_text(check: SumCheck, full: str, conv: str) -> str:
     )
 
 
-def verdict_text(m: Estimate) -> str:
-    """What a multiplier's interval says of the component: helps, hurts, or not resolved."""
+def verdict_text(m: Estimate, loss: Estimate | None = None) -> str:
+    """What a multiplier's interval says of the component: helps, hurts, or not resolved; where
+    the multiplier is not identified, what the loss difference (arm - full) says instead."""
     if not m.identified:
-        return "not identified"
+        if loss is None or not loss.identified:
+            return "not identified"
+        lo, hi = loss.interval
+        said = "helps" if lo > 0 else "hurts" if hi < 0 else "not resolved"
+        held = "holds 0" if lo <= 0 <= hi else "excludes 0"
+        return f"in loss: {said} ({held}); in compute: not identified"
     lo, hi = m.interval
     if lo > 1:
         return "helps (excludes 1)"
@@ -120,7 +126,7 @@ def table(by_conv: dict[str, ComponentEffects]) -> str:
         source = e.anchor.source if e.anchor else "-"
         reading = anchor_reading(e.multiplier, e.anchor.multiplier if e.anchor else None)
         rows.append(
-            f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {verdict_text(e.multiplier)} | "
+            f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {verdict_text(e.multiplier, e.loss.mean)} | "
             f"{power_text(e)} | {reading} | {anchor} | {source} |"
         )
     sums = [sum_text(by_conv[c].sum_check, first.full, c) for c in convs if by_conv[c].sum_check]

@@ -2,10 +2,12 @@
 
 cosine_vs_wsd: per (size, budget) cell, cosine minus WSD final loss at each schedule's own fitted
 optimum and at cosine's optimum for both, then the pooled difference over cells with its sign
-count. k2_vs_k3 (and cosine over WSD): the compute multiplier M(C) from both compute-optimal
-routes, under both FLOP conventions, and whether the routes agree. Every quantity prints its
-verdict; one that is not identified prints why instead of a number, and no interval spanning
-more than `verdict.PRINT_DECADES` decades is printed.
+count: signed on the re-runs at the chosen points (paired by seed, the tuning seed left out)
+where they exist, with the all-seeds mean as context. k2_vs_k3 (and cosine over WSD): the
+compute multiplier M(C) from both compute-optimal routes, under both FLOP conventions, and
+whether the routes agree. Every quantity prints its verdict; one that is not identified prints
+why instead of a number, and no interval spanning more than `verdict.PRINT_DECADES` decades is
+printed.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from k3scale.scaling.values.fitdoc import (
     CellDifference,
     CellOptimumRecord,
     Comparison,
+    PooledDifference,
     ScheduleComparison,
     read_cell_optima,
     read_comparisons,
     read_schedule_comparison,
-    sign_of,
 )
 from k3scale.scaling.values.text import (
     diff_text,
+    difference_says,
     interval,
     number,
     ratio_text,
@@ -99,16 +102,19 @@ def _schedule_lines(comparison: ScheduleComparison) -> list[str]:
         "95% intervals from each cell optimum's sampling distribution:"
     ]
     for other, p in sorted(comparison.pooled.items()):
+        if p.selection_free is not None:
+            lines.append(f"  {_selection_free_text(p, ref, other)}")
+        role = _pooled_role(p)
         if p.mean.identified:
             signs = ", ".join(f"{k} {v}" for k, v in p.point_signs.items())
-            sign = sign_of(p.mean.interval, ref, other)
+            sign = difference_says(p.mean, ref, other)
             lines.append(
-                f"  pooled over {p.identified_cells} of {p.cells} cells ({other}): mean "
+                f"  {role}pooled over {p.identified_cells} of {p.cells} cells ({other}): mean "
                 f"{diff_text(p.mean)} ({sign}); "
                 f"point signs: {signs}; consistent: {'yes' if p.consistent else 'no'}"
             )
         else:
-            lines.append(f"  pooled over cells ({other}): {reason_text(p.mean.verdict)}")
+            lines.append(f"  {role}pooled over cells ({other}): {reason_text(p.mean.verdict)}")
     for d in comparison.cells:
         where = f"{d.cell['size']} D={d.cell['budget_tokens']:,}"
         lines.append(
@@ -119,6 +125,28 @@ def _schedule_lines(comparison: ScheduleComparison) -> list[str]:
     if comparison.run_noise:
         lines.append("  " + noise_text(comparison.run_noise))
     return lines
+
+
+def _pooled_role(p: PooledDifference) -> str:
+    """'' without a selection-free reading; else whether the all-seeds mean is signed (that
+    reading is not identified) or context beside it (the one signed where identified)."""
+    if p.selection_free is None:
+        return ""
+    return "context, all seeds " if p.selection_free.identified else "signed, all seeds "
+
+
+def _selection_free_text(p: PooledDifference, ref: str, other: str) -> str:
+    """The re-runs at the chosen points paired by seed: the signed reading, and why."""
+    e = p.selection_free
+    where = "on the re-runs that did not choose the points"
+    if not e.identified:
+        return f"{where} ({other}): {reason_text(e.verdict)}"
+    signs = ", ".join(f"{k} {v}" for k, v in p.pair_signs.items())
+    return (
+        f"signed, {where} ({other}; {p.pairs} pairs at matched seeds in {p.pair_cells} cells), "
+        "since the tuning seed chose the points and its differences carry the selection's luck: "
+        f"mean {diff_text(e)} ({difference_says(e, ref, other)}); pair signs: {signs}"
+    )
 
 
 def shared_text(d: CellDifference) -> str:
@@ -301,15 +329,24 @@ def _schedule_table(comparison: ScheduleComparison) -> str:
         )
     for other, p in sorted(comparison.pooled.items()):
         rows.append("")
+        if p.selection_free is not None:
+            rows += [_capital(_selection_free_text(p, ref, other)) + ".", ""]
+        role = _pooled_role(p)
         if p.mean.identified:
             rows.append(
-                f"Pooled over {p.identified_cells} of {p.cells} cells ({other}): "
-                f"{diff_text(p.mean)}, {sign_of(p.mean.interval, ref, other)}."
+                _capital(f"{role}pooled over {p.identified_cells} of {p.cells} cells ({other}): ")
+                + f"{diff_text(p.mean)}, {difference_says(p.mean, ref, other)}."
             )
         else:
-            rows.append(f"Pooled over cells ({other}): {reason_text(p.mean.verdict)}.")
+            rows.append(
+                _capital(f"{role}pooled over cells ({other}): ") + reason_text(p.mean.verdict) + "."
+            )
     rows += ["", noise_text(comparison.run_noise).capitalize() + "."]
     return "\n".join(rows)
+
+
+def _capital(text: str) -> str:
+    return text[0].upper() + text[1:]
 
 
 def _multiplier_table(comparisons: dict[str, Comparison]) -> str:

@@ -18,7 +18,12 @@ import polars as pl
 
 from k3scale.errors import K3ScaleError
 from k3scale.scaling.estimates import compute_optimal, optimum, rerun_check, seed_effects
-from k3scale.scaling.estimates.schedule_compare import CellComparison, compare_cell, pooled
+from k3scale.scaling.estimates.schedule_compare import (
+    CellComparison,
+    SeedRuns,
+    compare_cell,
+    pooled,
+)
 from k3scale.scaling.laws.isoflop import compute_level, fit_isoflop
 from k3scale.scaling.laws.powerlaw import fit_power_law
 from k3scale.scaling.values import verdict
@@ -110,6 +115,8 @@ class CellEstimate:
     seed_losses: list[float]
     level: seed_effects.SeedLevel | None = None
     """The cell's seeds at its best trial's point (None without a quadratic)."""
+    reruns: SeedRuns | None = None
+    """The seed re-runs at the best trial's point by seed, and the tuning seed."""
 
     def record(self) -> CellOptimumRecord:
         """Where the cell sits, its optimum with interval and verdict, the best trial."""
@@ -161,6 +168,10 @@ class _CellTrials:
         if "seed" in self.reruns.columns and self.reruns["seed"].null_count() == 0:
             return self.reruns["seed"].to_list()
         return [self.tuned_seed + 1 + k for k in range(self.reruns.height)]
+
+    def seed_runs(self) -> SeedRuns:
+        """The re-runs by seed, for pairing with another schedule's at matched seeds."""
+        return SeedRuns(self.tuned_seed, dict(zip(self._rerun_seeds(), self.seed_losses)))
 
     def seed_level(self) -> seed_effects.SeedLevel | None:
         """The cell's seeds at the best trial's point (None without a quadratic)."""
@@ -267,6 +278,7 @@ def cell_estimates(
                 trials=t.trials,
                 seed_losses=t.seed_losses,
                 level=lv,
+                reruns=t.seed_runs(),
             )
         )
     return out, noise
@@ -382,7 +394,8 @@ def compute_optimal_comparison(
 def schedule_comparison(
     estimates: list[CellEstimate], noise: optimum.Noise, reference: str, opts: StudyOptions
 ) -> dict:
-    """Per (arch, size, budget): every schedule vs `reference`; pooled over cells."""
+    """Per (arch, size, budget): every schedule vs `reference`; pooled over cells, and on the
+    re-runs at the chosen points paired by seed (`schedule_compare.selection_free`)."""
     by_cell: dict[tuple, dict[str, CellEstimate]] = {}
     for e in estimates:
         key = (e.cell["arch"], e.cell["size"], e.cell["budget_tokens"])
@@ -394,9 +407,9 @@ def schedule_comparison(
             continue
         cell = dict(zip(("arch", "size", "budget_tokens"), key, strict=True))
         for other in sorted(set(schedules) - {reference}):
-            result = compare_cell(
-                schedules[reference].optimum, schedules[other].optimum, reference, other, cell
-            )
+            ref, oth = schedules[reference], schedules[other]
+            reruns = (ref.reruns, oth.reruns) if ref.reruns and oth.reruns else None
+            result = compare_cell(ref.optimum, oth.optimum, reference, other, cell, reruns)
             per_other.setdefault(other, []).append(result)
             clusters.setdefault(other, []).append(key[:2])
     comparison = ScheduleComparison(

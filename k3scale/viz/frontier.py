@@ -62,23 +62,34 @@ def band_traces(x, lo, hi, colour: str, group: str) -> list[go.Scatter]:
     return traces
 
 
+def _refusal(frontier: ArmFrontier) -> str | None:
+    """Why the checks of the curve's surface or frontier law refuse it (None: not refused; the
+    monotone route has no form to judge)."""
+    fitted = frontier.surface or frontier.law
+    return None if fitted is None or fitted.verdict.identified else fitted.verdict.reason
+
+
 def _curve_traces(arm: str, route: str, frontier: ArmFrontier) -> list[go.Scatter]:
     colour = theme.arm_colour(arm)
     name = f"{arm} L*(C), {route} route"
     curve = frontier.curve
-    # The envelope law has no verdict of its own (drawn with its band); a surface as its surface.
-    if frontier.surface is None or frontier.surface.verdict.identified:
+    if _refusal(frontier) is None:
         traces = band_traces(curve.compute, curve.lo, curve.hi, colour, name)
         line = {"color": colour, "width": 2.5, "dash": theme.ROUTE_DASH.get(route, "solid")}
+        mode, marker = "lines", None
     else:
-        # A surface the data do not identify: thin and dotted, no band, named as such.
-        traces, name = [], f"{name} (not identified)"
+        # A surface or law its checks refuse: thin and dotted, no band, named as such; its
+        # route's open marker on a few points tells the refused routes apart.
+        traces, name = [], f"{name} (refused)"
         line = {"color": colour, "width": 1.5, "dash": theme.UNIDENTIFIED_DASH}
+        symbol = theme.ROUTE_SYMBOL.get(route, "circle") + "-open"
+        mode, marker = "lines+markers", {"symbol": symbol, "size": 7, "maxdisplayed": 8}
     traces.append(
         go.Scatter(
             x=list(curve.compute),
             y=list(curve.loss),
-            mode="lines",
+            mode=mode,
+            marker=marker,
             name=name,
             legendgroup=name,
             line=line,
@@ -213,16 +224,19 @@ def _frontier_caption(
     else:
         frontiers = _frontiers(comparison)
         styles = ", ".join(
-            f"{r} route {'solid' if theme.ROUTE_DASH.get(r) == 'solid' else 'dashed'}"
+            f"{r} route {theme.DASH_WORDS[theme.ROUTE_DASH.get(r, 'solid')]}"
             for r in sorted({route for route, _, _ in frontiers})
         )
         band = f" (band: {INTERVAL_SOURCE})" if banded else ""
         parts.append(f"each arm's compute-optimal frontier L*(C) as stored: {styles}{band}")
-        parts += [
-            f"{arm} {route} route dotted, its surface {verdict_text(f.surface.verdict)}"
+        refused = [
+            f"{arm} {route} route dotted, refused: {_refusal(f)}"
             for route, arm, f in frontiers
-            if f.surface is not None and not f.surface.verdict.identified
+            if _refusal(f) is not None
         ]
+        if refused:
+            parts.append("a refused route is drawn dotted, with its route's open marker, no band")
+        parts += refused
         parts += [f"{route} route skipped: {why}" for route, why in _skipped_routes(comparison)]
     return "; ".join(parts) + "."
 
@@ -244,6 +258,8 @@ def _route_traces(name: str, compute: tuple[float, ...], m: list[Estimate]) -> l
             mode="lines+markers",
             name=f"{name} route",
             legendgroup=name,
+            # A route identified nowhere draws no line: no legend entry for one.
+            showlegend=any(good),
             line={"color": colour, "width": 3, "dash": theme.ROUTE_DASH.get(name)},
             marker={"size": 8, "symbol": theme.ROUTE_SYMBOL.get(name, "circle")},
             error_y={

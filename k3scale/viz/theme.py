@@ -14,11 +14,34 @@ ARCH_COLOURS = {"k2": "#1f77b4", "k3": "#d62728"}
 SCHEDULE_COLOURS = {"cosine": "#2ca02c", "wsd": "#9467bd"}
 SCHEDULE_DASH = {"cosine": "solid", "wsd": "dash"}
 SCHEDULE_SYMBOL = {"cosine": "circle", "wsd": "diamond"}
-# The two compute-optimal routes of k3scale/scaling/estimates/compute_optimal.py: one line style each on
-# the frontier figure, one colour each on the multiplier figure (where the arm is fixed).
-ROUTE_DASH = {"surface": "solid", "envelope": "dash"}
-ROUTE_COLOURS = {"surface": "#ff7f0e", "envelope": "#17becf"}
-ROUTE_SYMBOL = {"surface": "circle", "envelope": "square"}
+# The compute-optimal routes of k3scale/scaling/estimates/compute_optimal.py: one line style each on
+# the frontier figure, one colour each on the multiplier figure (where the arm is fixed). No route
+# takes an arch's or a schedule's colour: a cosine-over-WSD multiplier in cosine's green would read
+# as cosine's own line.
+ROUTE_DASH = {
+    "surface": "solid",
+    "envelope": "dash",
+    "envelope_e0": "dashdot",
+    "monotone": "longdash",
+}
+DASH_WORDS = {
+    "solid": "solid",
+    "dash": "dashed",
+    "dashdot": "dash-dotted",
+    "longdash": "long-dashed",
+}
+ROUTE_COLOURS = {
+    "surface": "#ff7f0e",
+    "envelope": "#17becf",
+    "envelope_e0": "#e377c2",
+    "monotone": "#8c564b",
+}
+ROUTE_SYMBOL = {
+    "surface": "circle",
+    "envelope": "square",
+    "envelope_e0": "triangle-up",
+    "monotone": "diamond",
+}
 UNIDENTIFIED_DASH = "dot"
 STATUS_COLOURS = {"finished": "#2ca02c", "diverged": "#ff7f0e", "failed": "#7f7f7f"}
 FALLBACK_COLOUR = "#444444"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -81,7 +82,7 @@ def test_a_wide_interval_is_never_printed():
     assert narrow == "2 [0.5, 20], not identified (M(C) interval spans 1.6 decades (> 1))"
 
 
-def schedule_doc() -> dict:
+def schedule_doc(pooled: PooledDifference | None = None) -> dict:
     where = {"arch": "k3", "size": "k3-t1", "budget_tokens": 49152}
     difference = CellDifference(
         cell=where,
@@ -93,7 +94,7 @@ def schedule_doc() -> dict:
         batch_ratio=1.0,
         losses={"cosine": 6.5, "wsd": 6.5123},
     )
-    pooled = PooledDifference(1, 0, 0, Estimate(None, None, Verdict("1 cluster(s)")))
+    pooled = pooled or PooledDifference(1, 0, 0, Estimate(None, None, Verdict("1 cluster(s)")))
     noise = {"sd": 0.021, "method": "pooled", "quadratic_residual_sd": 0.02, "seed_sd": 0.022}
     comparison = ScheduleComparison("cosine", [difference], {"wsd": pooled}, noise)
     optimum = CellOptimumRecord(
@@ -131,3 +132,39 @@ def test_markdown_tables_carry_the_same_numbers():
     )
     assert "Cell optima identified: 1 of 1." in text
     assert "| k3-t1 | 49,152 | -0.012 [-0.020, -0.004] | not identified" in text
+
+
+def test_the_reruns_off_the_tuning_seed_are_signed_and_the_pooled_mean_is_context():
+    pooled = PooledDifference(
+        6,
+        6,
+        3,
+        Estimate(0.011, [-0.002, 0.022], OK),
+        point_signs={"cosine lower": 1, "wsd lower": 5},
+        selection_free=Estimate(-0.006, [-0.010, -0.002], OK),
+        pairs=12,
+        pair_cells=6,
+        pair_signs={"cosine lower": 9, "wsd lower": 3},
+    )
+    lines = headline_lines(schedule_doc(pooled))
+    assert lines[1] == (
+        "  signed, on the re-runs that did not choose the points (wsd; 12 pairs at matched seeds "
+        "in 6 cells), since the tuning seed chose the points and its differences carry the "
+        "selection's luck: mean -0.006 [-0.010, -0.002] (cosine lower by 0.002 to 0.010); "
+        "pair signs: cosine lower 9, wsd lower 3"
+    )
+    assert lines[2].startswith(
+        "  context, all seeds pooled over 6 of 6 cells (wsd): mean +0.011 [-0.002, +0.022] "
+        "(not resolved: the interval holds 0, from cosine lower by 0.002 to wsd lower by 0.022)"
+    )
+    text = markdown_tables(schedule_doc(pooled))
+    assert "\n\nSigned, on the re-runs that did not choose the points (wsd; 12 pairs" in text
+    assert "\n\nContext, all seeds pooled over 6 of 6 cells (wsd): +0.011" in text
+    # Without a t-interval the re-runs say why, and the all-seeds mean is the one signed.
+    few = dataclasses.replace(pooled, selection_free=Estimate(0.01, None, Verdict("2 pairs")))
+    lines = headline_lines(schedule_doc(few))
+    assert (
+        lines[1]
+        == "  on the re-runs that did not choose the points (wsd): not identified (2 pairs)"
+    )
+    assert lines[2].startswith("  signed, all seeds pooled over 6 of 6 cells (wsd)")

@@ -309,16 +309,26 @@ def test_frontier_panel_draws_the_stored_curves_and_fitted_optima(runs, fits, fi
     stored = fit_document["results"]["compute_optimal"]["c_6n"]["routes"]
     for route, part in stored.items():
         for arm, entry in part["arms"].items():
-            # A surface the data reject or cannot identify is drawn thin and dotted, no band.
-            solid = (
-                "surface" not in entry or Verdict.from_json(entry["surface"]["verdict"]).identified
-            )
-            name = f"{arm} L*(C), {route} route" + ("" if solid else " (not identified)")
+            # A surface or frontier law its checks refuse is drawn thin and dotted, no band; the
+            # monotone route has no form to refuse.
+            fitted = entry.get("surface") or entry.get("law")
+            solid = fitted is None or Verdict.from_json(fitted["verdict"]).identified
+            name = f"{arm} L*(C), {route} route" + ("" if solid else " (refused)")
             line = next(t for t in panel.figure.data if t.name == name)
             assert list(line.x) == entry["curve"]["compute"]
             assert list(line.y) == entry["curve"]["loss"]
-            styles = {"surface": "solid", "envelope": "dash"}
+            styles = {
+                "surface": "solid",
+                "envelope": "dash",
+                "envelope_e0": "dashdot",
+                "monotone": "longdash",
+            }
             assert line.line.dash == (styles[route] if solid else theme.UNIDENTIFIED_DASH)
+            # Refused routes share the dotted line: the route's open marker tells them apart.
+            if not solid:
+                assert line.marker.symbol == theme.ROUTE_SYMBOL[route] + "-open"
+            bands = [t for t in panel.figure.data if t.fill == "toself" and t.legendgroup == name]
+            assert bool(bands) == solid
     assert sum(t.fill == "toself" for t in panel.figure.data) >= 2
     optima = fit_document["results"]["cell_optima"]
     filled = [t for t in panel.figure.data if t.name.endswith("cell optima")]
@@ -355,10 +365,10 @@ def test_an_unidentified_surface_is_drawn_apart_and_named(runs, fit_document):
     fits = DashboardFits.from_artifact(_with_surface_verdict(fit_document, "k2", UNIDENTIFIED))
     panel = frontier.frontier_panel(runs, fits, METRIC, "c_6n")
     (line,) = [t for t in panel.figure.data if (t.name or "").startswith("k2 L*(C), surface")]
-    assert line.name.endswith("(not identified)") and line.line.dash == "dot"
+    assert line.name == "k2 L*(C), surface route (refused)" and line.line.dash == "dot"
     bands = [t for t in panel.figure.data if t.fill == "toself"]
     assert all(not t.legendgroup.startswith("k2 L*(C), surface") for t in bands)
-    assert f"k2 surface route dotted, its surface {UNIDENTIFIED_TEXT}" in panel.caption
+    assert f"k2 surface route dotted, refused: {UNIDENTIFIED.split(': ', 1)[1]}" in panel.caption
     chinchilla = surface.surface_panel(fits, "k2", "cosine")
     assert UNIDENTIFIED_TEXT in chinchilla.figure.layout.title.text
     lines = [t for t in chinchilla.figure.data if t.type == "scatter" and t.mode == "lines"]
@@ -387,18 +397,24 @@ def test_an_identified_surface_is_drawn_solid_with_its_band(runs, fit_document):
 def test_multiplier_caption_states_the_reports_values(fits, fit_document):
     panel = frontier.multiplier_panel(fits, "c_6n", "k3")
     stored = fit_document["results"]["compute_optimal"]["c_6n"]
-    for route in ("surface", "envelope"):
-        entries = stored["routes"][route]["multiplier"]["k3"]
+    identifying = []
+    for route, part in stored["routes"].items():
+        entries = part["multiplier"]["k3"]
         found = [i for i, e in enumerate(entries) if Verdict.from_json(e["verdict"]).identified]
-        assert found or route == "surface", "the fixture's envelope identifies M(C)"
         if found:
+            identifying.append(route)
             printed = ratio_text(Estimate.from_json(entries[found[-1]]))
             at = theme.fmt_sci(stored["compute"][found[-1]])
             assert f"{route} route M = {printed} at C = {at} FLOPs" in panel.caption
-    for entry in stored["routes"]["surface"]["multiplier"]["k3"]:
-        ruling = Verdict.from_json(entry["verdict"])
-        if not ruling.identified:
-            assert reason_text(ruling) in panel.caption
+        else:
+            assert f"{route} route: identified at none of " in panel.caption
+        for entry in entries:
+            ruling = Verdict.from_json(entry["verdict"])
+            if not ruling.identified:
+                assert reason_text(ruling) in panel.caption
+    # The fixture's laws and surfaces are refused; the monotone route, with no form to refuse,
+    # identifies M(C) over the overlap.
+    assert "monotone" in identifying, "the fixture's monotone route identifies M(C)"
     assert "M > 1 means k3 needs less compute" in panel.note
     assert drawn_points(panel.figure) > 0
 

@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 
 from k3scale.errors import K3ScaleError
-from k3scale.viz import frontier, isoflop, lr_sweep, overview, trunks
+from k3scale.scaling.estimates.compute_optimal import ROUTES
+from k3scale.viz import frontier, isoflop, lr_sweep, overview, theme, trunks
 from k3scale.viz.fits import DashboardFits
 from k3scale.viz.summaries import best_trials
 from tests.viz.fit_fixture import fit_artifact
@@ -148,13 +149,31 @@ def test_bands_have_no_markers_and_leave_undefined_stretches_open(runs, fits):
 def test_frontier_caption_promises_no_band_it_does_not_draw(runs, fit_document):
     doc = copy.deepcopy(fit_document)
     routes = doc["results"]["compute_optimal"]["c_6n"]["routes"]
+    # Every route either skipped or refused: nothing is drawn with a band.
     routes["envelope"] = {"skipped": "no Pareto points"}
+    routes["monotone"] = {"skipped": "fewer than 2 Pareto points"}
     for arm in routes["surface"]["arms"].values():
         arm["surface"]["verdict"] = "not identified: beta on the grid's edge"
+    for arm in routes["envelope_e0"]["arms"].values():
+        arm["law"]["verdict"] = "not identified: alpha on its bound"
     panel = frontier.frontier_panel(runs, DashboardFits.from_artifact(doc), METRIC, "c_6n")
     assert not any(t.fill == "toself" for t in panel.figure.data)
     assert "band: 95%" not in panel.caption
     assert "envelope route skipped: no Pareto points" in panel.caption
+    assert "monotone route skipped: fewer than 2 Pareto points" in panel.caption
+    assert "envelope_e0 route dotted, refused: alpha on its bound" in panel.caption
+
+
+def test_every_route_has_its_own_line_colour_and_marker():
+    """Four routes on one figure: each told apart by dash, colour and marker, none dotted like a
+    refused one, and no route in an arm's colour (the multiplier figure colours routes)."""
+    for style in (theme.ROUTE_DASH, theme.ROUTE_COLOURS, theme.ROUTE_SYMBOL):
+        assert set(style) == set(ROUTES)
+        assert len(set(style.values())) == len(ROUTES)
+    assert theme.UNIDENTIFIED_DASH not in theme.ROUTE_DASH.values()
+    assert set(theme.ROUTE_DASH.values()) <= set(theme.DASH_WORDS)
+    arms = set(theme.ARCH_COLOURS.values()) | set(theme.SCHEDULE_COLOURS.values())
+    assert not arms & set(theme.ROUTE_COLOURS.values())
 
 
 def test_counts_get_integer_ticks(runs):

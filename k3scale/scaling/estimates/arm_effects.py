@@ -9,7 +9,8 @@ component back costs loss, so the component helps.
 The multiplier is what the component is worth in compute to the full model: the compute the
 arm spent over the compute the full model needs to reach the arm's loss, read off the full
 model's frontier law L*(C) = E + K C^-alpha (the envelope route's law through its Pareto cells,
-`compute_optimal.envelope_law`). At a cell of compute C the arm's loss sits diff above the full
+`compute_optimal.envelope_law`) where that law passes its checks, else off its monotone
+frontier (issue 47; `full_model_frontier`). At a cell of compute C the arm's loss sits diff above the full
 model's, so the full model needs C* with L*(C*) = L*(C) + diff:
 
     log M = ln C_arm - ln C*
@@ -30,10 +31,19 @@ import dataclasses
 import numpy as np
 from scipy.stats import norm
 
-from k3scale.scaling.estimates.compute_optimal import ArmOptima, envelope_law
+from k3scale.scaling.estimates.compute_optimal import (
+    ArmOptima,
+    envelope_law,
+    law_record,
+    monotone_frontier,
+)
 from k3scale.scaling.estimates.optimum import CellOptimum
 from k3scale.scaling.estimates.schedule_compare import compare_cell, pooled
-from k3scale.scaling.laws.frontier import frontier_grid_log_compute, predict_frontier_grid
+from k3scale.scaling.laws.frontier import (
+    frontier_grid_log_compute,
+    predict_frontier_grid,
+    record_lows,
+)
 from k3scale.scaling.values import verdict
 from k3scale.scaling.values.components import CellEffect, ComponentEffect, SumCheck
 from k3scale.scaling.values.uncertainty import LEVEL, Estimate, percentile_interval, robust_sd
@@ -57,6 +67,9 @@ class FullFrontier:
     point: np.ndarray
     draws: np.ndarray
     log_c: np.ndarray
+    route: str = "envelope"
+    refused: str | None = None
+    """Why the law was not used (None: it was)."""
 
     def log_compute_to_reach(
         self, params: np.ndarray, log_c_at: float, diff: np.ndarray
@@ -65,12 +78,69 @@ class FullFrontier:
         here = predict_frontier_grid(params, self.log_c, np.array([log_c_at]))[:, 0]
         return frontier_grid_log_compute(params, self.log_c, here + diff)
 
+    def reach(self, log_c_at: float, diff: float, diff_draws: np.ndarray):
+        """(ln C* at the point, [S] ln C* in every draw)."""
+        point = self.log_compute_to_reach(self.point, log_c_at, np.array([diff]))[0]
+        return point, self.log_compute_to_reach(self.draws, log_c_at, diff_draws)
 
-def full_model_frontier(full: ArmOptima) -> FullFrontier:
-    """The full model's frontier law from its identified optima (point and every draw)."""
-    point, log_c = envelope_law(full, full.loss[None])
-    draws, _ = envelope_law(full, full.draws)
-    return FullFrontier(point, draws, log_c)
+
+# The monotone frontier's grid: fine enough that its inversion's steps are far below any interval.
+MONOTONE_GRID = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class MonotoneFrontier:
+    """The full model's frontier without a form (`compute_optimal.monotone_frontier`): curves
+    [g] and [S, g] on a log-spaced `grid` over its cells' computes. It reads C* only inside
+    that range: an arm worse than the full model at its cheapest cell has no C* there."""
+
+    grid: np.ndarray
+    point: np.ndarray
+    draws: np.ndarray
+    refused: str | None = None
+    """Why the frontier law was not used."""
+    route: str = "monotone"
+
+    @staticmethod
+    def _reach(curve: np.ndarray, log_grid: np.ndarray, log_c_at: float, diff) -> float:
+        ok = np.isfinite(curve)
+        x, y = log_grid[ok], curve[ok]
+        keep = record_lows(y)
+        x, y = x[keep], y[keep]
+        target = np.interp(log_c_at, x, y) + diff
+        if len(y) < 2 or not y[-1] <= target <= y[0]:
+            return np.nan
+        return float(np.interp(-target, -y, x))
+
+    def reach(self, log_c_at: float, diff: float, diff_draws: np.ndarray):
+        log_grid = np.log(self.grid)
+        point = self._reach(self.point, log_grid, log_c_at, diff)
+        draws = np.array(
+            [
+                self._reach(curve, log_grid, log_c_at, d)
+                for curve, d in zip(self.draws, diff_draws, strict=True)
+            ]
+        )
+        return point, draws
+
+
+def full_model_frontier(full: ArmOptima) -> FullFrontier | MonotoneFrontier:
+    """The full model's frontier from its identified optima (point and every draw): its law
+    through the Pareto cells where the law passes its checks (`compute_optimal`), else the
+    monotone frontier, which assumes no form (issue 47: the cpu study's K3 law sat on its
+    exponent grid's end with E = -35.6)."""
+    law = law_record(full, None)
+    if law.verdict.identified:
+        point, log_c = envelope_law(full, full.loss[None])
+        draws, _ = envelope_law(full, full.draws)
+        return FullFrontier(point, draws, log_c)
+    grid = np.exp(np.linspace(*np.log(full.compute_range), MONOTONE_GRID))
+    return MonotoneFrontier(
+        grid,
+        monotone_frontier(full, full.loss[None], grid)[0],
+        monotone_frontier(full, full.draws, grid),
+        refused=law.verdict.reason,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,18 +168,24 @@ def multiplier_estimate(log_m: LogMultiplier, name: str, reason: str | None) -> 
 
 
 def _log_multiplier(
-    frontier: FullFrontier, mine: ArmCell, theirs: ArmCell, diff: float, diff_draws: np.ndarray
+    frontier: FullFrontier | MonotoneFrontier,
+    mine: ArmCell,
+    theirs: ArmCell,
+    diff: float,
+    diff_draws: np.ndarray,
 ) -> LogMultiplier:
-    """ln C_arm - ln C*, at the point and in every draw (NaN where the law cannot reach)."""
-    at = float(np.log(theirs.compute))
-    point = frontier.log_compute_to_reach(frontier.point, at, np.array([diff]))[0]
-    draws = frontier.log_compute_to_reach(frontier.draws, at, diff_draws)
+    """ln C_arm - ln C*, at the point and in every draw (NaN where the frontier cannot reach)."""
+    point, draws = frontier.reach(float(np.log(theirs.compute)), diff, diff_draws)
     log_c = np.log(mine.compute)
     return LogMultiplier(float(log_c - point), log_c - draws)
 
 
 def arm_effect(
-    arm: str, note: str, pairs: list[tuple[ArmCell, ArmCell]], frontier: FullFrontier, full: str
+    arm: str,
+    note: str,
+    pairs: list[tuple[ArmCell, ArmCell]],
+    frontier: FullFrontier | MonotoneFrontier,
+    full: str,
 ) -> tuple[ComponentEffect, LogMultiplier | None]:
     """One arm against the full model over its design cells, and its pooled log multiplier.
 
@@ -120,8 +196,8 @@ def arm_effect(
         compared = compare_cell(mine.optimum, theirs.optimum, arm, full, mine.cell)
         d = compared.difference.own
         reason = d.verdict.reason
-        if reason is None and not np.isfinite(frontier.point).all():
-            reason = f"{full}'s frontier law is not identified (fewer than 3 Pareto cells)"
+        if reason is None and not np.isfinite(frontier.point).any():
+            reason = f"{full}'s frontier is not identified (too few cells)"
         log_m = (
             _log_multiplier(frontier, mine, theirs, d.value, compared.own_draws)
             if reason is None
@@ -138,6 +214,13 @@ def arm_effect(
     if not logs:
         first = next((c.multiplier.verdict.reason for c in cells), "no cell ran in both")
         reason = f"no cell of {len(pairs)} with an identified difference and law ({first})"
+    elif not np.isfinite(pooled_log.point) and frontier.refused:
+        unread = sum(not np.isfinite(lm.point) for lm in logs)
+        reason = (
+            f"{full}'s monotone frontier reads no C* at {unread} of {len(logs)} cells (it "
+            f"cannot extrapolate past {full}'s cheapest or dearest cell), and {full}'s frontier "
+            f"law is refused ({frontier.refused})"
+        )
     multiplier = multiplier_estimate(
         pooled_log or LogMultiplier(np.nan, np.empty(0)), "the multiplier", reason
     )

@@ -8,7 +8,16 @@ compute is not on it. Two routes, side by side:
   (k(N) = FLOPs per token under the convention in use, interpolated over the arm's rungs);
 - "envelope" (Approach 1): the Pareto points of the cell optima in (C, L), with the frontier law
   L*(C) = E + K C^-alpha fitted through them (methods.md 2.1 (b)); it assumes only that law,
-  not a surface in (N, D).
+  not a surface in (N, D);
+- "envelope_e0": the same law with its asymptote pinned at E = 0 (a pure power law), reported
+  beside the free one (issue 47);
+- "monotone": no functional form: the running minimum of the cell optima in log C, interpolated
+  by a monotone cubic (methods.md 4.11 (b)).
+
+A route signs nothing its own checks reject (methods.md 4.11 (a)): the surface and both laws
+are tested for lack of fit against the optima's noise, and a law whose exponent sits on an end
+of its search grid, or whose free asymptote is negative or above the lowest point it was fitted
+to, is refused with its reason.
 
 The multiplier M(C) = C_base(L*_new(C)) / C (the baseline compute that matches the new arm's loss
 at C) is read only inside the compute range both arms cover, and only where the new arm's loss
@@ -26,9 +35,11 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy.interpolate import PchipInterpolator
 from scipy.stats import chi2
 
 from k3scale.scaling.laws.frontier import (
+    exponent_on_bound,
     fit_frontier_grid,
     multiplier,
     predict_frontier_grid,
@@ -37,7 +48,15 @@ from k3scale.scaling.laws.frontier import (
 from k3scale.scaling.laws.surface import fit_surface_grid
 from k3scale.scaling.values import verdict
 from k3scale.scaling.values.checks import budgets_per_size_reason, surface_design_reason
-from k3scale.scaling.values.fitdoc import ArmFrontier, Comparison, Curve, Route, SurfaceRecord
+from k3scale.scaling.values.fitdoc import (
+    ArmFrontier,
+    Comparison,
+    Curve,
+    LackOfFit,
+    LawRecord,
+    Route,
+    SurfaceRecord,
+)
 from k3scale.scaling.values.uncertainty import (
     MIN_INTERVAL_DRAWS,
     Estimate,
@@ -52,7 +71,9 @@ C_GRID = 9
 BASE_GRID = 128
 # A frontier's stored curve: this many points of its BASE_GRID, both ends included.
 CURVE_POINTS = 17
-ROUTES = ("surface", "envelope")
+ROUTES = ("surface", "envelope", "envelope_e0", "monotone")
+# The frontier-law routes and the asymptote each pins (None: E is fitted).
+LAW_ROUTES = {"envelope": None, "envelope_e0": 0.0}
 # The surface route reads each size at this many token budgets (tokens-per-parameter ratios):
 # with two, the D term of every size rests on one difference and its exponent on none
 # (issue 33: the v2 designs' condition number was about 2e6).
@@ -109,7 +130,7 @@ def surface_frontier(params: np.ndarray, arm: ArmOptima, compute: np.ndarray) ->
 COMPUTE_TIE_LOG = 1e-9
 
 
-def _distinct_computes(compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def distinct_computes(compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order sorting the cells by compute, first sorted index of each distinct compute, their
     log computes).
 
@@ -123,14 +144,24 @@ def _distinct_computes(compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return order, starts, log_c[starts]
 
 
-def envelope_law(arm: ArmOptima, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(params [S, 3], log_c): the frontier law E + K C^-alpha fitted through each row of
-    `losses` [S, k]'s Pareto points (`fit_frontier_grid`), and the arm's distinct log computes it
-    was fitted on (read it with `predict_frontier_grid`, invert it with `frontier_grid_log_compute`)."""
-    order, starts, log_c = _distinct_computes(arm.compute)
+def _pareto_rows(arm: ArmOptima, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows [S, P], keep [S, P], log_c [P]): each row of `losses` [S, k] as its best loss per
+    distinct compute, which of those are Pareto points, and the distinct log computes."""
+    order, starts, log_c = distinct_computes(arm.compute)
     rows = np.minimum.reduceat(losses[:, order], starts, axis=1)
     keep = np.array([record_lows(row) for row in rows])
-    return fit_frontier_grid(log_c, rows, keep), log_c
+    return rows, keep, log_c
+
+
+def envelope_law(
+    arm: ArmOptima, losses: np.ndarray, pinned_e: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(params [S, 3], log_c): the frontier law E + K C^-alpha fitted through each row of
+    `losses` [S, k]'s Pareto points (`fit_frontier_grid`, E fixed at `pinned_e` if given), and
+    the arm's distinct log computes it was fitted on (read it with `predict_frontier_grid`,
+    invert it with `frontier_grid_log_compute`)."""
+    rows, keep, log_c = _pareto_rows(arm, losses)
+    return fit_frontier_grid(log_c, rows, keep, pinned_e), log_c
 
 
 def _outside(log_c: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -138,7 +169,9 @@ def _outside(log_c: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return (targets < log_c[0] - 1e-12) | (targets > log_c[-1] + 1e-12)
 
 
-def envelope_frontier(arm: ArmOptima, losses: np.ndarray, compute: np.ndarray) -> np.ndarray:
+def envelope_frontier(
+    arm: ArmOptima, losses: np.ndarray, compute: np.ndarray, pinned_e: float | None = None
+) -> np.ndarray:
     """L*(C) [S, m]: the frontier law E + K C^-alpha fitted through each row's Pareto points.
 
     Straight chords between the Pareto points lay M(C) in a zigzag around the truth between
@@ -147,16 +180,35 @@ def envelope_frontier(arm: ArmOptima, losses: np.ndarray, compute: np.ndarray) -
     points gives 0.995-0.996 there. NaN outside the arm's compute range and for rows with fewer
     than 3 Pareto points.
     """
-    params, log_c = envelope_law(arm, losses)
+    params, log_c = envelope_law(arm, losses, pinned_e)
     targets = np.log(compute)
     out = predict_frontier_grid(params, log_c, targets)
     out[:, _outside(log_c, targets)] = np.nan
     return out
 
 
+def monotone_frontier(arm: ArmOptima, losses: np.ndarray, compute: np.ndarray) -> np.ndarray:
+    """L*(C) [S, m] assuming no form: at each distinct compute the lowest loss of any cell at
+    that compute or below (the running minimum), joined by a monotone cubic in log C.
+
+    The running minimum is a continuous function of the optima, so the curve does not jump when
+    a cell enters or leaves the Pareto set (the law through the Pareto points does: issue 47
+    saw M move from 2.20 to 1.86 as k2-s3 at 10 tokens per parameter left K2's set); the
+    monotone cubic keeps it non-increasing and bends with a convex frontier where straight
+    chords would lie above it. NaN outside the arm's compute range.
+    """
+    order, starts, log_c = distinct_computes(arm.compute)
+    if len(log_c) < 2:
+        return np.full((len(losses), len(compute)), np.nan)
+    rows = np.minimum.reduceat(losses[:, order], starts, axis=1)
+    running = np.minimum.accumulate(rows, axis=1)
+    curve = PchipInterpolator(log_c, running, axis=1, extrapolate=False)(np.log(compute))
+    return np.asarray(curve, dtype=np.float64)
+
+
 def pareto_count(arm: ArmOptima) -> int:
     """How many distinct computes carry a Pareto point of the arm's point estimates."""
-    order, starts, _ = _distinct_computes(arm.compute)
+    order, starts, _ = distinct_computes(arm.compute)
     return int(record_lows(np.minimum.reduceat(arm.loss[order], starts)).sum())
 
 
@@ -256,12 +308,15 @@ def _inherit(estimates: list[Estimate], reason: str | None) -> list[Estimate]:
     ]
 
 
-def _surface_reason(frontiers: dict[str, RouteFrontier]) -> str | None:
-    """Why the surface route cannot identify M(C): an arm whose surface is not identified."""
+def _route_reason(route: str, frontiers: dict[str, RouteFrontier]) -> str | None:
+    """Why `route` cannot identify M(C): an arm whose surface or frontier law its own checks
+    refuse (the monotone route assumes no form and has nothing to refuse)."""
     for name, f in sorted(frontiers.items()):
-        surface = f.record.surface
+        surface, law = f.record.surface, f.record.law
         if surface is not None and not surface.verdict.identified:
             return f"the surface of {name} is not identified ({surface.verdict.reason})"
+        if law is not None and not law.verdict.identified:
+            return f"the frontier law of {name} is refused ({law.verdict.reason})"
     return None
 
 
@@ -281,44 +336,68 @@ def fit_arm_surface(arm: ArmOptima) -> SurfaceDraws:
     )
 
 
-# The separable surface is rejected when it misses the cell optima beyond their noise at this
-# level (methods.md 4.10).
+# A fitted law is rejected when it misses the points it was fitted to beyond their noise at this
+# level (methods.md 4.10, 4.11).
 LACK_OF_FIT_LEVEL = 0.01
+# Draws spread less than this (nats) do not vary: a noise-free truth, whose optima still carry
+# the quadratic fits' rounding.
+NOISE_FREE_SD = 1e-6
 
 
-def lack_of_fit_reason(arm: ArmOptima, params: np.ndarray) -> str | None:
-    """Why the surface `params` does not describe the arm's cell optima, or None: a chi-square
-    of its residuals on k - 5 degrees of freedom, each scaled by the variance of that optimum's
-    draws, which carry the seed effects (methods.md 4.8). The part of the draws every cell
-    shares (the seeds' common effect, their mean over cells) is taken out first: a shift of
-    every optimum moves E alone and misfits nothing.
+def _own_variance(arm: ArmOptima) -> np.ndarray:
+    """[k] variance of each cell optimum's draws less the part every cell shares (the seeds'
+    common effect, their mean over cells): a shift of every optimum moves E alone and misfits
+    nothing."""
+    own = arm.draws - arm.draws.mean(axis=1, keepdims=True)
+    return own.var(axis=0, ddof=1)
+
+
+def lack_of_fit(
+    residuals: np.ndarray, variance: np.ndarray, dof: int, what: str, points: str
+) -> tuple[LackOfFit | None, str | None]:
+    """(the test, why it rejects or None): a chi-square of `residuals` each scaled by its
+    point's draw variance (which carries the seed effects, methods.md 4.8) on `dof` degrees of
+    freedom. Without a degree of freedom, or with draws that do not vary (noise-free optima: a
+    truth, not a study), there is nothing to test: no test (None) and nothing rejected; the
+    record keeps `lack_of_fit` None, so a reader sees the fit went untested."""
+    if dof < 1 or not np.all(variance > NOISE_FREE_SD**2):
+        return None, None
+    statistic = float(np.sum(residuals**2 / variance))
+    test = LackOfFit(statistic, dof, float(chi2.sf(statistic, dof)))
+    if test.p_value >= LACK_OF_FIT_LEVEL:
+        return test, None
+    return test, (
+        f"{what} misses {points} beyond their noise "
+        f"(chi-square {statistic:.3g} on {dof} df, p = {test.p_value:.2g})"
+    )
+
+
+def surface_lack_of_fit(arm: ArmOptima, params: np.ndarray) -> tuple[LackOfFit | None, str | None]:
+    """The separable surface against the arm's cell optima, on k - 5 degrees of freedom.
 
     K2's cpu_v2 optima, for one, gain more from doubling D the larger N is (issue 33): no
     L(N, D) with separate N and D terms has that shape.
     """
     dof = len(arm.loss) - len(SURFACE_PARAMS)
     if dof < 1 or len(arm.draws) < MIN_INTERVAL_DRAWS or not np.all(np.isfinite(params)):
-        return None
-    own = arm.draws - arm.draws.mean(axis=1, keepdims=True)
-    variance = own.var(axis=0, ddof=1)
-    if not np.all(variance > 0):
-        return None
+        return None, None
     e, a, alpha, b, beta = params
     fitted = e + a * arm.n**-alpha + b * arm.d**-beta
-    statistic = float(np.sum((arm.loss - fitted) ** 2 / variance))
-    p_value = float(chi2.sf(statistic, dof))
-    if p_value >= LACK_OF_FIT_LEVEL:
-        return None
-    return (
-        "the separable surface misses the cell optima beyond their noise "
-        f"(chi-square {statistic:.3g} on {dof} df, p = {p_value:.2g})"
+    return lack_of_fit(
+        arm.loss - fitted, _own_variance(arm), dof, "the separable surface", "the cell optima"
     )
+
+
+def lack_of_fit_reason(arm: ArmOptima, params: np.ndarray) -> str | None:
+    """Why the surface `params` does not describe the arm's cell optima, or None."""
+    return surface_lack_of_fit(arm, params)[1]
 
 
 def _surface_record(arm: ArmOptima, fit: SurfaceDraws) -> SurfaceRecord:
     ok = np.all(np.isfinite(fit.draws), axis=1)
     ci = {name: percentile_interval(fit.draws[ok, i]) for i, name in enumerate(SURFACE_PARAMS)}
     params = dict(zip(SURFACE_PARAMS, fit.point.tolist(), strict=True))
+    test, misfit = surface_lack_of_fit(arm, fit.point)
     ruling = Verdict.first(
         None
         if np.all(np.isfinite(fit.point))
@@ -327,7 +406,7 @@ def _surface_record(arm: ArmOptima, fit: SurfaceDraws) -> SurfaceRecord:
         if ci["E"] is not None
         else f"{int(ok.sum())} draws with a surface (an interval needs >= {MIN_INTERVAL_DRAWS})",
         *(verdict.exponent_reason(p, params[p], ci[p]) for p in ("alpha", "beta")),
-        lack_of_fit_reason(arm, fit.point),
+        misfit,
     )
     return SurfaceRecord(
         params=params,
@@ -335,7 +414,66 @@ def _surface_record(arm: ArmOptima, fit: SurfaceDraws) -> SurfaceRecord:
         verdict=ruling,
         n_points=len(arm.loss),
         form="L = E + A N^-alpha + B D^-beta (least squares on loss, VPNLS grid)",
+        lack_of_fit=test,
+        draws=fit.draws,
+        n_range=(float(arm.n.min()), float(arm.n.max())),
+        d_range=(float(arm.d.min()), float(arm.d.max())),
     )
+
+
+def law_record(arm: ArmOptima, pinned_e: float | None) -> LawRecord:
+    """The frontier law through the arm's Pareto points, its draws, and its checks: a refusal
+    when its exponent sits on an end of the search grid, its free asymptote is negative or not
+    below the lowest Pareto loss, or it misses the Pareto points beyond their noise (issue 47:
+    on k2_vs_k3 cpu_v3 K2's law reached alpha = 0.005, E = -27, chi-square about 345 on 5 df)."""
+    rows, keep, log_c = _pareto_rows(arm, arm.loss[None])
+    point = fit_frontier_grid(log_c, rows, keep, pinned_e)[0]
+    draws = envelope_law(arm, arm.draws, pinned_e)[0]
+    on = keep[0]
+    order, starts, _ = distinct_computes(arm.compute)
+    # Each distinct compute's best cell carries its variance (ties are one compute).
+    best = [order[a + int(np.argmin(arm.loss[order[a:b]]))] for a, b in _spans(starts, len(order))]
+    variance = _own_variance(arm)[best][on]
+    fitted = predict_frontier_grid(point[None], log_c, log_c[on])[0]
+    dof = int(on.sum()) - (3 if pinned_e is None else 2)
+    name = "the frontier law" + ("" if pinned_e is None else f" with E pinned at {pinned_e:g}")
+    test, misfit = (
+        lack_of_fit(rows[0][on] - fitted, variance, dof, name, "its Pareto points")
+        if np.all(np.isfinite(point))
+        else (None, None)
+    )
+    e, _, alpha = point
+    lowest = float(rows[0][on].min())
+    ruling = Verdict.first(
+        None if np.all(np.isfinite(point)) else "no decreasing law through the Pareto points",
+        f"its exponent alpha = {alpha:.3g} sits on an end of its search grid"
+        if np.isfinite(alpha) and exponent_on_bound(alpha)
+        else None,
+        f"its asymptote E = {e:.3g} nats is negative"
+        if pinned_e is None and np.isfinite(e) and e < 0
+        else None,
+        f"its asymptote E = {e:.3g} is not below the lowest Pareto loss {lowest:.3g}"
+        if pinned_e is None and np.isfinite(e) and e >= lowest
+        else None,
+        misfit,
+    )
+    return LawRecord(
+        form="L = E + K (C / C_ref)^-alpha through the Pareto points (least squares on loss)",
+        pinned_e=pinned_e,
+        params={"E": float(e), "K": float(point[1]), "alpha": float(alpha)},
+        log_c_ref=float(log_c.mean()),
+        compute_range=(float(np.exp(log_c[0])), float(np.exp(log_c[-1]))),
+        verdict=ruling,
+        points=int(on.sum()),
+        lack_of_fit=test,
+        draws=draws,
+    )
+
+
+def _spans(starts: np.ndarray, total: int) -> list[tuple[int, int]]:
+    """[(start, end)] of each run of tied computes from `_distinct_computes`' starts."""
+    ends = [*starts[1:].tolist(), total]
+    return list(zip(starts.tolist(), ends, strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,19 +494,30 @@ class RouteFrontier:
         return point, np.array([np.interp(log_at, log_grid, row) for row in self.draws])
 
 
-def arm_frontier(arm: ArmOptima, route: str, surface: SurfaceDraws | None = None) -> RouteFrontier:
-    """The arm's frontier by `route`; the surface route uses `surface` (fitted here if None)."""
-    grid = np.exp(np.linspace(*np.log(arm.compute_range), BASE_GRID))
-    shown = np.linspace(0, BASE_GRID - 1, CURVE_POINTS).round().astype(int)
+def _route_curves(
+    arm: ArmOptima, route: str, grid: np.ndarray, surface: SurfaceDraws | None
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(point [g], draws [S, g], the ArmFrontier fields) of one route on `grid`."""
     if route == "surface":
         surface = surface or fit_arm_surface(arm)
         point = surface_frontier(surface.point[None], arm, grid)[0]
         curves = surface_frontier(surface.draws, arm, grid)
-        extra = {"surface": _surface_record(arm, surface)}
-    else:
-        point = envelope_frontier(arm, arm.loss[None], grid)[0]
-        curves = envelope_frontier(arm, arm.draws, grid)
-        extra = {"pareto_points": pareto_count(arm)}
+        return point, curves, {"surface": _surface_record(arm, surface)}
+    extra = {"pareto_points": pareto_count(arm)}
+    if route == "monotone":
+        point = monotone_frontier(arm, arm.loss[None], grid)[0]
+        return point, monotone_frontier(arm, arm.draws, grid), extra
+    pinned = LAW_ROUTES[route]
+    point = envelope_frontier(arm, arm.loss[None], grid, pinned)[0]
+    curves = envelope_frontier(arm, arm.draws, grid, pinned)
+    return point, curves, {**extra, "law": law_record(arm, pinned)}
+
+
+def arm_frontier(arm: ArmOptima, route: str, surface: SurfaceDraws | None = None) -> RouteFrontier:
+    """The arm's frontier by `route`; the surface route uses `surface` (fitted here if None)."""
+    grid = np.exp(np.linspace(*np.log(arm.compute_range), BASE_GRID))
+    shown = np.linspace(0, BASE_GRID - 1, CURVE_POINTS).round().astype(int)
+    point, curves, extra = _route_curves(arm, route, grid, surface)
     band = percentile_band(curves[:, shown])
     curve = Curve(
         compute=tuple(grid[shown].tolist()),
@@ -396,7 +545,7 @@ def compare_arms(
     decades: float,
     surfaces: dict[str, SurfaceDraws] | None = None,
 ) -> Comparison:
-    """Both routes' frontiers per arm and M(C) of every other arm over `baseline`.
+    """Every route's frontiers per arm and M(C) of every other arm over `baseline`.
 
     surfaces: each arm's fitted surface when the caller has it (fitted here otherwise).
     """
@@ -414,13 +563,17 @@ def compare_arms(
             name: arm_frontier(arm, route, (surfaces or {}).get(name)) for name, arm in arms.items()
         }
         base = frontiers[baseline]
-        unidentified = _surface_reason(frontiers) if route == "surface" else None
+        refused = _route_reason(route, frontiers)
         ratios, rates = {}, {}
         for new in others:
             point, draws = frontiers[new].at(at)
             m_point = multiplier(base.point[None], base.grid, point[None], at)[0]
             m_draws = multiplier(base.draws, base.grid, draws, at)
-            ratios[new] = _inherit(summarise(m_draws, m_point, "M(C)", decades), unidentified)
-            rates[new] = rate_of(m_draws, m_point, at, ratios[new])
+            ratios[new] = _inherit(summarise(m_draws, m_point, "M(C)", decades), refused)
+            rates[new] = (
+                Estimate(None, None, Verdict(refused))
+                if refused
+                else rate_of(m_draws, m_point, at, ratios[new])
+            )
         routes[route] = Route({name: f.record for name, f in frontiers.items()}, ratios, rates)
     return Comparison(baseline, tuple(at.tolist()), routes)

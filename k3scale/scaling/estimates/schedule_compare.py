@@ -11,7 +11,10 @@ which share the seeds' effects where the cells share seeds (`seed_effects`): a d
 matched seeds is paired. Over cells, the pooled reading that
 the word "consistently" needs: the mean difference over identified cells with its interval from
 the cells' draws (paired through the seeds they share), the sign count, and a t-interval over
-independent clusters of cells that does not lean on the seed model.
+independent clusters of cells that does not lean on the seed model. Each schedule's point was
+chosen on the tuning seed, so every reading that includes that seed carries the selection's luck
+(issue 47 item 2, methods.md 4.11): the selection-free reading pairs the seed re-runs at the
+chosen points, seed by seed, and leaves the tuning seed out.
 """
 
 from __future__ import annotations
@@ -28,6 +31,23 @@ from k3scale.scaling.values.verdict import Verdict
 
 # A pooled t-interval needs at least this many independent clusters of cells.
 MIN_CLUSTERS = 3
+# The selection-free t-interval needs at least this many paired re-runs (df = pairs - 1).
+MIN_PAIRS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedRuns:
+    """A cell's seed re-runs at its chosen point, by seed, and the seed whose trials chose it."""
+
+    tuned_seed: int
+    losses: dict[int, float]
+
+
+def rerun_pairs(ref: SeedRuns, other: SeedRuns) -> np.ndarray:
+    """[k] ref - other at every seed both schedules re-ran at their chosen points, in seed
+    order, the tuning seeds left out (their trials chose the points)."""
+    seeds = sorted((set(ref.losses) & set(other.losses)) - {ref.tuned_seed, other.tuned_seed})
+    return np.array([ref.losses[s] - other.losses[s] for s in seeds], dtype=float)
 
 
 def _why_no_interval(draws: np.ndarray | None) -> str:
@@ -69,14 +89,23 @@ class CellComparison:
 
     difference: CellDifference
     own_draws: np.ndarray | None
+    rerun_pairs: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
+    """[k] reference - other on the re-runs at matched seeds (`rerun_pairs`; empty: none)."""
 
 
 def compare_cell(
-    ref: CellOptimum, other: CellOptimum, reference: str, name: str, cell: dict | None = None
+    ref: CellOptimum,
+    other: CellOptimum,
+    reference: str,
+    name: str,
+    cell: dict | None = None,
+    reruns: tuple[SeedRuns, SeedRuns] | None = None,
 ) -> CellComparison:
     """Both readings of one cell (reference minus other) with intervals and verdicts.
 
     cell: where the cell sits ({arch, size, budget_tokens}), recorded on the difference.
+    reruns: each schedule's re-runs at its chosen point, paired by seed for the selection-free
+        reading.
     """
     reason = None
     for schedule, opt in ((reference, ref), (name, other)):
@@ -106,7 +135,8 @@ def compare_cell(
         batch_ratio=other.batch / ref.batch,
         losses={reference: ref.loss, name: other.loss},
     )
-    return CellComparison(difference, own_draws)
+    pairs = rerun_pairs(*reruns) if reruns else np.empty(0)
+    return CellComparison(difference, own_draws, pairs)
 
 
 def _paired_mean(used: list[CellComparison]) -> Estimate:
@@ -139,15 +169,54 @@ def _across_sizes(groups: dict[object, list[float]], used: int, cells: int) -> E
     return Estimate(mean, [mean - half, mean + half], Verdict())
 
 
+def selection_free(pairs: np.ndarray) -> Estimate:
+    """The mean of the paired re-run differences with a t-interval over the pairs.
+
+    The tuning seed chose each schedule's point, so its differences carry the selection's luck;
+    the re-runs at those points did not choose them. The t-interval (df = pairs - 1) is valid
+    for the mean over these fixed cells: a difference at a matched seed cancels what the two
+    schedules' runs of that seed share (u_seed, and a slot's shared part of w), so the pairs are
+    independent given their cells, and their spread is the within-cell noise plus the cells'
+    spread of true differences, which only widens the interval for the mean over these cells.
+    """
+    mean = float(np.mean(pairs)) if len(pairs) else None
+    if len(pairs) < MIN_PAIRS:
+        count = f"{len(pairs)} pair{'' if len(pairs) == 1 else 's'}"
+        why = f"only {count} of re-runs off the tuning seed; a t-interval needs >= {MIN_PAIRS}"
+        return Estimate(mean, None, Verdict(why))
+    half = float(t_dist.ppf(0.975, len(pairs) - 1) * np.std(pairs, ddof=1) / np.sqrt(len(pairs)))
+    return Estimate(mean, [mean - half, mean + half], Verdict())
+
+
+def _selection_free_fields(used: list[CellComparison], reference: str, other: str) -> dict:
+    """PooledDifference's selection-free fields from the identified cells' paired re-runs."""
+    paired = [e.rerun_pairs for e in used if len(e.rerun_pairs)]
+    if not paired:
+        return {}
+    pairs = np.concatenate(paired)
+    return {
+        "selection_free": selection_free(pairs),
+        "pairs": len(pairs),
+        "pair_cells": len(paired),
+        "pair_signs": {
+            f"{reference} lower": int((pairs < 0).sum()),
+            f"{other} lower": int((pairs > 0).sum()),
+        },
+    }
+
+
 def pooled(
     entries: list[CellComparison], clusters: list, reference: str, other: str
 ) -> PooledDifference:
-    """Mean difference over identified cells, its paired interval, and the sign count.
+    """Mean difference over identified cells, its paired interval, and the sign count; and the
+    selection-free mean over the same cells' paired re-runs.
 
     The interval is the draws' (`_paired_mean`), which the seed model makes paired (methods.md
     4.9) and `bench calibrate` checks; `across_sizes` is the t-interval over clusters (one per
     `clusters` value, e.g. (arch, size)) that holds without the model: where the two disagree,
-    the model or a constant effect is in doubt.
+    the model or a constant effect is in doubt. The selection-free reading (`selection_free`)
+    keeps to the identified cells: elsewhere a chosen point is an edge of the search, not the
+    schedule's optimum.
     """
     used = [(e, c) for e, c in zip(entries, clusters, strict=True) if e.own_draws is not None]
     groups: dict = {}
@@ -171,4 +240,5 @@ def pooled(
         },
         resolved_signs={s: resolved.count(s) for s in sorted(set(resolved))},
         consistent=bool(ci and len(set(signs)) == 1 and (ci[1] < 0 or ci[0] > 0)),
+        **_selection_free_fields([e for e, _ in used], reference, other),
     )

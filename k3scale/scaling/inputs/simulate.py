@@ -112,6 +112,11 @@ class Truth:
     """w: a seed's effect on the runs of one cell, beyond u."""
     slot_share: float = 0.0
     """Share of w's variance common to the cells of one (arch, size, budget) slot."""
+    bend: float = 0.0
+    """h: every arm's loss less h * max(0, ln(6 N D / bend_compute))^2, so that its frontier
+    steepens past bend_compute, curved in log L against log C as K2's v3 optima are (issue 47):
+    no power law E + K C^-alpha with E >= 0 follows it. 0: every frontier is a power law."""
+    bend_compute: float = 2.5e11
 
     def surface(self, arch: str, schedule: str) -> np.ndarray:
         """(E, A, alpha, B, beta) of the arm's true L(N, D), schedule offset included."""
@@ -131,7 +136,8 @@ class Truth:
 
     def optimum_loss(self, cell: SimCell) -> float:
         e, a, alpha, b, beta = self.surface(cell.arch, cell.schedule)
-        return float(e + a * cell.n**-alpha + b * cell.budget_tokens**-beta)
+        past = max(0.0, np.log(6 * cell.n * cell.budget_tokens / self.bend_compute))
+        return float(e + a * cell.n**-alpha + b * cell.budget_tokens**-beta - self.bend * past**2)
 
 
 def _lr_star(truth: Truth, design: Design, cell: SimCell, n_ref: float, d_ref: float) -> float:

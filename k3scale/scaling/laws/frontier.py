@@ -78,9 +78,12 @@ def multiplier(
 FRONTIER_EXPONENTS = np.geomspace(0.005, 3.0, 640)
 
 
-def fit_frontier_grid(log_c: np.ndarray, losses: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def fit_frontier_grid(
+    log_c: np.ndarray, losses: np.ndarray, keep: np.ndarray, pinned_e: float | None = None
+) -> np.ndarray:
     """Least-squares L(C) = E + K C^-alpha through each row's kept points: [S, 3] (E, K', alpha)
-    with K' the coefficient at the data's geometric-mean compute, NaN for rows with < 3 points.
+    with K' the coefficient at the data's geometric-mean compute, NaN for rows with < 3 points
+    (< 2 with E pinned).
 
     The envelope route's curve through its Pareto points, every draw at once (methods.md 2.1,
     fit (b)): for a fixed alpha the law is linear in (E, K'), solved in closed form for every
@@ -88,27 +91,45 @@ def fit_frontier_grid(log_c: np.ndarray, losses: np.ndarray, keep: np.ndarray) -
     are dropped and the least residual wins. Any Chinchilla surface's compute-optimal frontier
     under C = 6ND is exactly this law, so unlike straight chords between the points it does not
     zigzag around the frontier between them. Use `predict_frontier_grid` to read it.
+    `pinned_e` fixes E (0: a pure power law, the asymptote pinned as Marin pins it) and fits
+    K' alone for each alpha.
 
     log_c: [P] log compute of the points; losses: [S, P]; keep: [S, P] the points each row uses.
     """
     t = log_c - log_c.mean()
     z = np.exp(-FRONTIER_EXPONENTS[:, None] * t[None])  # [A, P]
     w = keep.astype(float)
-    y = np.where(keep, losses, 0.0)
-    y_mean = y.sum(axis=1) / np.maximum(w.sum(axis=1), 1)
-    y = np.where(keep, y - y_mean[:, None], 0.0)  # centred: the sums below stay well scaled
     n = w.sum(axis=1)[:, None]
-    s_z, s_zz, s_zy = w @ z.T, w @ (z * z).T, y @ z.T  # [S, A]
-    s_y, s_yy = y.sum(axis=1)[:, None], (y * y).sum(axis=1)[:, None]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        k = (n * s_zy - s_z * s_y) / (n * s_zz - s_z * s_z)
-        e = (s_y - k * s_z) / n
-    rss = np.where(k > 0, s_yy - e * s_y - k * s_zy, np.inf)
+    if pinned_e is not None:
+        y = np.where(keep, losses - pinned_e, 0.0)
+        s_zz, s_zy, s_yy = w @ (z * z).T, y @ z.T, (y * y).sum(axis=1)[:, None]
+        k = s_zy / s_zz
+        e = np.full_like(k, pinned_e)
+        rss = np.where(k > 0, s_yy - k * s_zy, np.inf)
+        y_mean, min_points = np.zeros(len(losses)), 2
+    else:
+        y = np.where(keep, losses, 0.0)
+        y_mean = y.sum(axis=1) / np.maximum(w.sum(axis=1), 1)
+        y = np.where(keep, y - y_mean[:, None], 0.0)  # centred: the sums below stay well scaled
+        s_z, s_zz, s_zy = w @ z.T, w @ (z * z).T, y @ z.T  # [S, A]
+        s_y, s_yy = y.sum(axis=1)[:, None], (y * y).sum(axis=1)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            k = (n * s_zy - s_z * s_y) / (n * s_zz - s_z * s_z)
+            e = (s_y - k * s_z) / n
+        rss = np.where(k > 0, s_yy - e * s_y - k * s_zy, np.inf)
+        min_points = 3
     best = np.argmin(np.where(np.isfinite(rss), rss, np.inf), axis=1)
     rows = np.arange(len(best))
     out = np.column_stack([e[rows, best] + y_mean, k[rows, best], FRONTIER_EXPONENTS[best]])
-    out[(n[:, 0] < 3) | ~np.isfinite(rss[rows, best])] = np.nan
+    out[(n[:, 0] < min_points) | ~np.isfinite(rss[rows, best])] = np.nan
     return out
+
+
+def exponent_on_bound(alpha: float) -> bool:
+    """Whether a `fit_frontier_grid` exponent sits at an end of FRONTIER_EXPONENTS: the data did
+    not bound it (at 0.005 the law is a straight line in log C and E runs off to minus
+    infinity)."""
+    return bool(alpha <= FRONTIER_EXPONENTS[0] * 1.001 or alpha >= FRONTIER_EXPONENTS[-1] * 0.999)
 
 
 def predict_frontier_grid(

@@ -29,8 +29,10 @@ from k3scale.scaling.values.verdict import Verdict
 # 1: first release. 2 (issue 32): one estimator per number: no first-generation frontiers,
 # surfaces or backtests; a frontier's curve holds 17 points, both ends included. 3 (issue 33):
 # each route holds the rate of M(C). 4 (issue 33): a pooled difference is paired (the mean of
-# the cells' draws) and carries the t-interval over sizes as `across_sizes`.
-SCHEMA_VERSION = 4
+# the cells' draws) and carries the t-interval over sizes as `across_sizes`. 5 (issue 47):
+# the routes envelope_e0 and monotone; laws and surfaces keep their lack-of-fit tests and draws;
+# agreement names the routes that pass.
+SCHEMA_VERSION = 5
 
 
 # The optima an HP law is fitted to (k3scale/scaling/study.py `hp_laws`).
@@ -196,6 +198,12 @@ class PooledDifference:
         point_signs: cells whose point difference favours each schedule.
         resolved_signs: cells by what their own interval says.
         consistent: every point sign the same and the interval excludes 0.
+        selection_free: the mean of the differences at matched seeds on the re-runs at each
+            schedule's chosen point, the tuning seed left out, with a t-interval over the pairs
+            (None: no identified cell has such re-runs). The tuning seed chose the points, so
+            `mean` carries the selection's luck and this is the reading to sign (issue 47).
+        pairs, pair_cells: the paired re-runs behind `selection_free` and the cells they sit in.
+        pair_signs: pairs whose difference favours each schedule.
     """
 
     cells: int
@@ -210,6 +218,10 @@ class PooledDifference:
         "percentile interval of the mean over cells of their draws (paired: draws share each "
         "seed's effects)"
     )
+    selection_free: Estimate | None = None
+    pairs: int = 0
+    pair_cells: int = 0
+    pair_signs: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self, reference: str, other: str) -> dict:
         out = {
@@ -218,6 +230,15 @@ class PooledDifference:
             "clusters": self.clusters,
             "verdict": self.mean.verdict.to_json(),
         }
+        free = self.selection_free
+        if free is not None:
+            out["selection_free"] = {
+                **free.to_json(),
+                "sign": sign_text(free.interval, reference, other),
+                "pairs": self.pairs,
+                "cells": self.pair_cells,
+                "signs": self.pair_signs,
+            }
         if not self.mean.identified:
             return out
         return {
@@ -234,6 +255,8 @@ class PooledDifference:
 
     @classmethod
     def from_json(cls, doc: dict) -> PooledDifference:
+        # Artifacts before issue 47 have no selection-free reading.
+        free = doc.get("selection_free") or {}
         return cls(
             cells=doc["cells"],
             identified_cells=doc["identified_cells"],
@@ -245,6 +268,10 @@ class PooledDifference:
             point_signs=doc.get("point_signs", {}),
             resolved_signs=doc.get("resolved_signs", {}),
             consistent=doc.get("consistent", False),
+            selection_free=Estimate.from_json(free) if free else None,
+            pairs=free.get("pairs", 0),
+            pair_cells=free.get("cells", 0),
+            pair_signs=free.get("signs", {}),
         )
 
 
@@ -308,24 +335,80 @@ class Curve:
         return cls(*(_floats(doc[k]) for k in ("compute", "loss", "lo", "hi")))
 
 
+# A law keeps this many of its bootstrap draws (the first: they are exchangeable), as one list
+# per parameter at DRAW_DIGITS significant digits: enough for a predictive interval's 2.5%
+# tails (10 draws beyond each), at about a third of the artifact's size with all 1000.
+STORED_DRAWS = 400
+DRAW_DIGITS = 7
+
+
+def draws_to_json(draws: np.ndarray, names: tuple[str, ...]) -> dict[str, list[float | None]]:
+    """[S, p] draws as {name: [STORED_DRAWS rounded floats, None for NaN]}."""
+    kept = np.asarray(draws, dtype=np.float64)[:STORED_DRAWS]
+    return {
+        name: [None if not np.isfinite(v) else float(f"{v:.{DRAW_DIGITS}g}") for v in column]
+        for name, column in zip(names, kept.T, strict=True)
+    }
+
+
+def draws_from_json(doc: dict[str, list], names: tuple[str, ...]) -> np.ndarray:
+    """`draws_to_json`'s columns back as [S, p] in `names` order, NaN for None."""
+    return np.column_stack(
+        [np.array([np.nan if v is None else v for v in doc[n]], dtype=np.float64) for n in names]
+    )
+
+
+SURFACE_DRAW_NAMES = ("E", "A", "alpha", "B", "beta")
+LAW_DRAW_NAMES = ("E", "K", "alpha")
+
+
+@dataclasses.dataclass(frozen=True)
+class LackOfFit:
+    """A chi-square lack-of-fit test of a law against its points' noise (methods.md 4.11)."""
+
+    statistic: float
+    dof: int
+    p_value: float
+
+    def to_json(self) -> dict:
+        return {"chi2": self.statistic, "dof": self.dof, "p": self.p_value}
+
+    @classmethod
+    def from_json(cls, doc: dict | None) -> LackOfFit | None:
+        return cls(doc["chi2"], doc["dof"], doc["p"]) if doc else None
+
+
 @dataclasses.dataclass(frozen=True)
 class SurfaceRecord:
-    """An arm's surface L = E + A N^-alpha + B D^-beta: parameters, intervals and verdict."""
+    """An arm's surface L = E + A N^-alpha + B D^-beta: parameters, intervals, verdict, its
+    lack-of-fit test, and its draws [S, 5] (E, A, alpha, B, beta) with the N and D it was
+    fitted over, so that `k3scale predict` reads it at an unseen N and D."""
 
     params: dict[str, float | None]
     intervals: dict[str, list[float] | None]
     verdict: Verdict
     n_points: int
     form: str
+    lack_of_fit: LackOfFit | None = None
+    # Draws are data, not identity: two records are equal by their fit (arrays have no ==).
+    draws: np.ndarray | None = dataclasses.field(default=None, compare=False)
+    n_range: tuple[float, float] | None = None
+    d_range: tuple[float, float] | None = None
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "form": self.form,
             "params": self.params,
             "ci": self.intervals,
             "n_points": self.n_points,
             "verdict": self.verdict.to_json(),
         }
+        if self.lack_of_fit is not None:
+            out["lack_of_fit"] = self.lack_of_fit.to_json()
+        if self.draws is not None:
+            out["n_range"], out["d_range"] = list(self.n_range), list(self.d_range)
+            out["draws"] = draws_to_json(self.draws, SURFACE_DRAW_NAMES)
+        return out
 
     @classmethod
     def from_json(cls, doc: dict) -> SurfaceRecord:
@@ -335,17 +418,73 @@ class SurfaceRecord:
             verdict=Verdict.from_json(doc["verdict"]),
             n_points=doc["n_points"],
             form=doc["form"],
+            lack_of_fit=LackOfFit.from_json(doc.get("lack_of_fit")),
+            draws=draws_from_json(doc["draws"], SURFACE_DRAW_NAMES) if "draws" in doc else None,
+            n_range=tuple(doc["n_range"]) if "n_range" in doc else None,
+            d_range=tuple(doc["d_range"]) if "d_range" in doc else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LawRecord:
+    """An arm's frontier law L*(C) = E + K (C / C_ref)^-alpha through its Pareto points: the
+    point fit, its checks, and its draws [S, 3] (E, K, alpha), so that the law predicts at
+    computes it never saw (`k3scale predict`).
+
+    Attributes:
+        pinned_e: the asymptote the law was held to (None: E was fitted).
+        log_c_ref: log of C_ref, the geometric mean of the Pareto computes.
+        compute_range: the computes of the arm's cells (the law's support).
+        points: Pareto points it was fitted through.
+    """
+
+    form: str
+    pinned_e: float | None
+    params: dict[str, float]
+    log_c_ref: float
+    compute_range: tuple[float, float]
+    verdict: Verdict
+    points: int
+    lack_of_fit: LackOfFit | None
+    draws: np.ndarray = dataclasses.field(compare=False)
+
+    def to_json(self) -> dict:
+        return {
+            "form": self.form,
+            "pinned_e": self.pinned_e,
+            "params": self.params,
+            "log_c_ref": self.log_c_ref,
+            "compute_range": list(self.compute_range),
+            "verdict": self.verdict.to_json(),
+            "points": self.points,
+            "lack_of_fit": None if self.lack_of_fit is None else self.lack_of_fit.to_json(),
+            "draws": draws_to_json(self.draws, LAW_DRAW_NAMES),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> LawRecord:
+        return cls(
+            form=doc["form"],
+            pinned_e=doc["pinned_e"],
+            params=doc["params"],
+            log_c_ref=doc["log_c_ref"],
+            compute_range=tuple(doc["compute_range"]),
+            verdict=Verdict.from_json(doc["verdict"]),
+            points=doc["points"],
+            lack_of_fit=LackOfFit.from_json(doc["lack_of_fit"]),
+            draws=draws_from_json(doc["draws"], LAW_DRAW_NAMES),
         )
 
 
 @dataclasses.dataclass(frozen=True)
 class ArmFrontier:
-    """One arm's frontier by one route: its curve, and the surface (surface route) or the
-    number of Pareto points (envelope route)."""
+    """One arm's frontier by one route: its curve, and the surface (surface route), the
+    frontier law (law routes) and the number of Pareto points (every route but the surface)."""
 
     curve: Curve
     surface: SurfaceRecord | None = None
     pareto_points: int | None = None
+    law: LawRecord | None = None
 
     def to_json(self) -> dict:
         out: dict = {"curve": self.curve.to_json()}
@@ -353,6 +492,8 @@ class ArmFrontier:
             out["surface"] = self.surface.to_json()
         if self.pareto_points is not None:
             out["pareto_points"] = self.pareto_points
+        if self.law is not None:
+            out["law"] = self.law.to_json()
         return out
 
     @classmethod
@@ -362,6 +503,7 @@ class ArmFrontier:
             curve=Curve.from_json(doc["curve"]),
             surface=SurfaceRecord.from_json(surface) if surface else None,
             pareto_points=doc.get("pareto_points"),
+            law=LawRecord.from_json(doc["law"]) if "law" in doc else None,
         )
 
 
@@ -433,24 +575,32 @@ class Comparison:
         )
 
     def agreement(self, new: str) -> list[dict]:
-        """Per compute value: both routes' M, their ratio, and whether their intervals overlap."""
-        surface = self.routes.get("surface", Route({}, {})).multiplier.get(new)
-        envelope = self.routes.get("envelope", Route({}, {})).multiplier.get(new)
-        if surface is None or envelope is None:
-            return []
+        """Per compute value: the routes that identify M(C) there (those whose own checks pass),
+        their lowest and highest M, and whether every pair of their intervals overlaps."""
+        routes = {
+            name: route.multiplier[new]
+            for name, route in sorted(self.routes.items())
+            if new in route.multiplier
+        }
         out = []
-        for s, e in zip(surface, envelope, strict=True):
-            if not (s.identified and e.identified):
-                out.append({"status": "not comparable (a route does not identify M(C) here)"})
-                continue
-            overlap = s.interval[0] <= e.interval[1] and e.interval[0] <= s.interval[1]
-            out.append(
-                {
-                    "surface_over_envelope": s.value / e.value,
-                    "status": "agree (intervals overlap)" if overlap else "disagree",
-                }
-            )
+        for i in range(len(self.compute)):
+            passing = {name: m[i] for name, m in routes.items() if m[i].identified}
+            out.append(route_agreement(passing))
         return out
+
+
+def route_agreement(passing: dict[str, Estimate]) -> dict:
+    """Whether the identified estimates of several routes agree: every pair of intervals
+    overlaps. With one route there is nothing to agree with, and it says so."""
+    if not passing:
+        return {"routes": [], "status": "no route identifies it"}
+    values = [e.value for e in passing.values()]
+    doc = {"routes": sorted(passing), "low": min(values), "high": max(values)}
+    if len(passing) == 1:
+        return {**doc, "status": "one route identifies it"}
+    intervals = [e.interval for e in passing.values()]
+    overlap = all(a[0] <= b[1] and b[0] <= a[1] for a in intervals for b in intervals)
+    return {**doc, "status": "agree (intervals overlap)" if overlap else "disagree"}
 
 
 def read_cell_optima(results: dict) -> list[CellOptimumRecord]:

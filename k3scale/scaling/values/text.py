@@ -52,3 +52,17 @@ def reason_text(ruling: Verdict) -> str:
 def verdict_text(ruling: Verdict) -> str:
     """'identified', or 'not identified (reason)' as the report prints it."""
     return "identified" if ruling.identified else reason_text(ruling)
+
+
+def difference_says(e: Estimate, ref: str, other: str) -> str:
+    """What an identified difference ref - other says, read forwards: which schedule is lower
+    and by how much, or that the interval holds 0 and how far it reaches either way."""
+    lo, hi = e.interval
+    if hi < 0:
+        return f"{ref} lower by {-hi:.3f} to {-lo:.3f}"
+    if lo > 0:
+        return f"{other} lower by {lo:.3f} to {hi:.3f}"
+    return (
+        f"not resolved: the interval holds 0, from {ref} lower by {-lo:.3f} to {other} lower "
+        f"by {hi:.3f}"
+    )

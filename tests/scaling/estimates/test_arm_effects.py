@@ -70,33 +70,35 @@ def test_noise_free_multipliers_recover_each_component_s_worth():
     assert got.sum_check.gap.value == pytest.approx(K3_OVER_K2, rel=0.035)
 
 
-def test_with_seed_noise_the_intervals_hold_the_worth_and_the_control_is_identified():
-    """One realization (the rates are `bench calibrate`'s): every arm shares full K3's seed
-    effects, so their errors move together and one realization can put several intervals off
-    their worth at once (seed 3 of the matched cpu design: loss_free_balancing at 0.929-0.997)."""
+def test_with_seed_noise_a_refused_law_gives_way_to_the_monotone_frontier():
+    """One realization of the cpu design with seed noise (issue 47): K3's law through its 4
+    Pareto cells misses them beyond their noise (the fixed tokens-per-parameter cells zigzag
+    about any one law), so the multipliers are read off K3's monotone frontier, which cannot
+    reach below K3's cheapest cell: no pooled multiplier is signed, and the reason says so.
+    The loss differences, which need no frontier, still see the control."""
     world = truth(noise_sd=0.012, seed_sd=0.017, cell_seed_sd=0.010, slot_share=0.28)
     got = effects("cpu", world, seed=0)
-    control = got.effects["adamw"].multiplier
-    assert control.identified and control.interval[0] > 1.0
-    for arm, effect in got.effects.items():
-        worth = K3_OVER_K2 if arm == "k2" else WORTH.get(arm, 1.0)
-        lo, hi = effect.multiplier.interval
-        assert lo < worth < hi, arm
+    assert "monotone frontier" in got.method and "frontier law is refused" in got.method
+    control = got.effects["adamw"]
+    assert not control.multiplier.identified
+    assert "monotone frontier reads no C*" in control.multiplier.verdict.reason
+    lo, _ = control.loss.mean.interval
+    assert lo > 0  # AdamW in place of Muon costs loss, seen at this noise
 
 
 def test_the_sum_check_multiplies_the_components_and_leaves_the_rest():
-    got = effects("cpu", truth(noise_sd=0.005))
+    got = effects("cpu", truth())  # noise free: the law has nothing to reject, and is used
+    assert "frontier law (envelope route)" in got.method
     check = got.sum_check
     product = np.prod([got.effects[a].multiplier.value for a in check.arms])
     assert check.explained.value == pytest.approx(product, rel=1e-9)
     assert check.left_over.value * check.explained.value == pytest.approx(check.gap.value)
-    assert check.share.value == pytest.approx(np.log(product) / np.log(check.gap.value))
 
 
 def test_a_full_model_with_one_cell_gives_no_multiplier_and_says_why():
     got = effects("demo", truth())
     m = got.effects["adamw"].multiplier
-    assert not m.identified and "frontier law is not identified" in m.verdict.reason
+    assert not m.identified and "frontier is not identified" in m.verdict.reason
     assert got.effects["adamw"].loss.mean.value > 0  # the loss difference still reads
 
 

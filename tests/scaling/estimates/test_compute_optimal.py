@@ -247,3 +247,123 @@ def test_the_rate_interval_holds_both_the_percentile_and_the_normal_reading():
     lo, hi = co.rate_interval(symmetric, 0.0)
     assert (lo, hi) == pytest.approx((-1.96, 1.96), abs=0.05)
     assert co.rate_interval(symmetric[:10], 0.0) is None
+
+
+# Issue 47: every route earns its number.
+
+
+def ladder_arm(name, loss_of_c, noise, seed=0):
+    """An arm on a k2_vs_k3-like ladder (3 sizes x 3 ratios) whose optima follow `loss_of_c`,
+    each seen through independent noise of sd `noise` (the point is one draw)."""
+    n = np.repeat([3e4, 7e4, 1.3e5], 3)
+    d = n * np.tile([5.0, 10.0, 20.0], 3)
+    compute = 6 * n * d
+    truth = loss_of_c(compute)
+    rng = np.random.default_rng(seed)
+    return co.ArmOptima(
+        name=name,
+        n=n,
+        d=d,
+        compute=compute,
+        loss=truth + noise * rng.standard_normal(len(truth)),
+        draws=truth + noise * rng.standard_normal((400, len(truth))),
+    )
+
+
+def power_law(e=2.0, k=3.0, alpha=0.2, at=1.0):
+    return lambda c: e + k * (at * c / 1e11) ** -alpha
+
+
+def test_the_pinned_law_recovers_a_pure_power_law():
+    log_c = np.log(np.geomspace(1e10, 1e12, 6))
+    loss = 4.0 * np.exp(-0.05 * (log_c - log_c.mean()))
+    (e, k, alpha), *_ = co.fit_frontier_grid(log_c, loss[None], np.ones((1, 6), bool), 0.0)
+    assert (e, k) == (0.0, pytest.approx(4.0, rel=1e-3))
+    assert alpha == pytest.approx(0.05, rel=0.01)  # the grid's 1% step
+
+
+def test_a_power_law_seen_through_noise_passes_the_law_s_checks():
+    a = ladder_arm("k2", power_law(), noise=0.003)
+    law = co.arm_frontier(a, "envelope").record.law
+    assert law.verdict.identified, law.verdict.reason
+    assert law.lack_of_fit.p_value > 0.01
+    assert law.draws.shape == (400, 3)
+
+
+def test_a_frontier_straight_in_log_c_is_refused_on_the_grid_s_end():
+    """K2's v3 optima: loss falls linearly in log C, which E + K C^-alpha reaches only as alpha
+    goes to 0 and E to minus infinity; the law stops on the grid's end and is refused."""
+    straight = ladder_arm("k2", lambda c: 9.0 - 0.2 * np.log(c), noise=0.002)
+    law = co.arm_frontier(straight, "envelope").record.law
+    assert "sits on an end of its search grid" in law.verdict.reason
+    assert law.params["E"] < 0
+
+
+def test_a_law_that_misses_its_points_beyond_their_noise_is_refused():
+    """A frontier that bends the other way halfway (a kink) is no power law at 0.002 noise."""
+    kinked = ladder_arm(
+        "k2", lambda c: power_law()(c) - 0.15 * np.clip(np.log(c / 3e11), 0, None), 0.002
+    )
+    for route in ("envelope", "envelope_e0"):
+        law = co.arm_frontier(kinked, route).record.law
+        assert law.lack_of_fit is not None and law.lack_of_fit.p_value < 0.01
+        assert not law.verdict.identified
+    # The free law is refused first for its negative asymptote; the pinned one for its misfit.
+    assert "misses its Pareto points beyond their noise" in law.verdict.reason
+
+
+def test_a_refused_law_signs_no_multiplier_or_rate_while_the_monotone_route_reads_on():
+    kinked = ladder_arm(
+        "k2", lambda c: power_law()(c) - 0.15 * np.clip(np.log(c / 3e11), 0, None), 0.002
+    )
+    other = ladder_arm("k3", power_law(at=2.0), 0.002, seed=1)
+    comparison = co.compare_arms({"k2": kinked, "k3": other}, "k2", decades=1.0)
+    envelope = comparison.routes["envelope"]
+    assert all(not e.identified for e in envelope.multiplier["k3"])
+    assert "frontier law of k2 is refused" in envelope.rate["k3"].verdict.reason
+    monotone = comparison.routes["monotone"]
+    assert any(e.identified for e in monotone.multiplier["k3"])
+    assert monotone.arms["k2"].law is None
+
+
+def test_the_monotone_frontier_does_not_jump_when_a_point_leaves_the_pareto_set():
+    """Issue 47: k2-s3 at 10 tokens per parameter sat 0.005 nats below k2-s2 at 20, at higher
+    compute; as it rises past it, it leaves the Pareto set. The law through the Pareto points
+    jumps there; the running minimum moves no more than the point did."""
+    a = ladder_arm("k2", power_law(), noise=0.0)
+    order = np.argsort(a.compute)
+    upper, lower = order[5], order[4]  # neighbours in compute
+    grid = np.geomspace(a.compute.min(), a.compute.max(), 50)
+
+    def curves(step):
+        loss = a.loss.copy()
+        loss[upper] = loss[lower] + step  # just below, then just above its cheaper neighbour
+        return co.monotone_frontier(a, loss[None], grid)[0]
+
+    below, above = curves(-1e-4), curves(1e-4)
+    assert np.nanmax(np.abs(below - above)) <= 2e-4 + 1e-12
+
+
+def test_the_monotone_frontier_never_rises_and_is_undefined_outside_the_data():
+    a = ladder_arm("k2", power_law(), noise=0.02, seed=3)
+    grid = np.geomspace(a.compute.min() / 2, a.compute.max() * 2, 80)
+    curves = co.monotone_frontier(a, a.draws[:50], grid)
+    inside = (grid >= a.compute.min()) & (grid <= a.compute.max())
+    assert np.all(np.isnan(curves[:, ~inside]))
+    assert np.all(np.diff(curves[:, inside], axis=1) <= 1e-12)
+
+
+def test_routes_that_pass_agree_on_a_known_multiplier_and_the_agreement_names_them():
+    arms = {
+        "k2": ladder_arm("k2", power_law(), 0.003),
+        "k3": ladder_arm("k3", power_law(at=2.0), 0.003, seed=1),
+    }
+    comparison = co.compare_arms(arms, "k2", decades=1.0)
+    middle = len(comparison.compute) // 2
+    for route in ("envelope", "monotone"):
+        m = comparison.routes[route].multiplier["k3"][middle]
+        assert m.identified, (route, m.verdict.reason)
+        assert m.interval[0] < 2.0 < m.interval[1] or m.value == pytest.approx(2.0, rel=0.15)
+    agreement = comparison.agreement("k3")[middle]
+    assert {"envelope", "monotone"} <= set(agreement["routes"])
+    assert agreement["status"] == "agree (intervals overlap)"
