@@ -7,6 +7,7 @@ The tables in analysis/README.md come from that file (scripts/analysis_readme.py
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,7 +45,11 @@ def main() -> int:
             scores += holdout.leave_top_rung_out(ROOT / "analysis/results" / folder, recipe)
         except K3ScaleError as exc:
             not_scored[folder] = f"{exc}; {NOT_SCORED_WHY.get(folder, '')}".rstrip("; ")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     result = {
+        "computed_at_commit": commit,
         "scores": [s.to_json() for s in scores],
         "summary": holdout.summary(scores),
         "not_scored": not_scored,
