@@ -12,7 +12,7 @@ from k3scale.scaling.values.components import Ablation, ComponentEffect, Compone
 
 
 def _cell(e: study.CellEstimate, conv: str) -> ArmCell:
-    return ArmCell(e.cell, e.compute[conv], e.optimum)
+    return ArmCell(e.cell, e.compute[conv], e.optimum, e.reruns)
 
 
 def component_effects(

@@ -200,14 +200,15 @@ def component_answers(effects: ComponentEffects) -> list[str]:
     out = []
     if control is not None:
         head = f"positive control {control.arm} ({control.note})"
-        m, loss = control.multiplier, control.loss.mean
+        m, loss = control.multiplier, component_text.signed_loss(control)
         if m.identified:
             line = f"{head}, worth to {effects.full} in compute (6ND): {_ratio_says(m)}"
             seen = m.interval[0] > 1
         else:
+            on = "on the re-runs" if loss is not control.loss.mean else "over all seeds"
             line = (
-                f"{head}, loss {control.arm} - {effects.full}: {diff_text(loss)} nats; its worth "
-                f"in compute (6ND) is {reason_text(m.verdict)}"
+                f"{head}, loss {control.arm} - {effects.full} {on}: {diff_text(loss)} nats; its "
+                f"worth in compute (6ND) is {reason_text(m.verdict)}"
             )
             seen = loss.identified and loss.interval[0] > 0
         if not seen:

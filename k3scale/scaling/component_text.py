@@ -23,8 +23,19 @@ def power_text(effect: ComponentEffect) -> str:
     return f"{effect.power:.2f} at {effect.anchor.multiplier:g}x"
 
 
+def signed_loss(effect: ComponentEffect) -> Estimate:
+    """The loss difference an arm's reading signs: on the re-run seeds that did not choose the
+    cells' points where there are enough of them (issue 47), else the all-seeds pooled mean."""
+    free = effect.loss.selection_free
+    return free if free is not None and free.identified else effect.loss.mean
+
+
 def _loss_text(effect: ComponentEffect) -> str:
-    return diff_text(effect.loss.mean)
+    """The signed loss difference, and the all-seeds mean beside it when that is not it."""
+    signed = signed_loss(effect)
+    if signed is effect.loss.mean:
+        return diff_text(signed)
+    return f"{diff_text(signed)} (re-runs; all seeds {diff_text(effect.loss.mean)})"
 
 
 def _ordered(effects: ComponentEffects) -> list[ComponentEffect]:
@@ -126,7 +137,7 @@ def table(by_conv: dict[str, ComponentEffects]) -> str:
         source = e.anchor.source if e.anchor else "-"
         reading = anchor_reading(e.multiplier, e.anchor.multiplier if e.anchor else None)
         rows.append(
-            f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {verdict_text(e.multiplier, e.loss.mean)} | "
+            f"| {e.arm} | {e.note} | {_loss_text(e)} | {ms} | {verdict_text(e.multiplier, signed_loss(e))} | "
             f"{power_text(e)} | {reading} | {anchor} | {source} |"
         )
     sums = [sum_text(by_conv[c].sum_check, first.full, c) for c in convs if by_conv[c].sum_check]

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from k3scale.errors import K3ScaleError
-from k3scale.scaling.component_text import sum_text
+from k3scale.scaling.component_text import signed_loss, sum_text
 from k3scale.scaling.values.components import ComponentEffect, ComponentEffects
 from k3scale.scaling.values.text import diff_text
 from k3scale.scaling.values.uncertainty import Estimate
@@ -40,7 +40,7 @@ def _rows(effects: ComponentEffects) -> list[ComponentEffect]:
     control = effects.positive_control
     gap = effects.sum_check.against if effects.sum_check else None
     parts = [e for e in effects.effects.values() if e.arm not in (control, gap)]
-    parts.sort(key=lambda e: e.loss.mean.value if e.loss.mean.value is not None else -1e9)
+    parts.sort(key=lambda e: signed_loss(e).value if signed_loss(e).value is not None else -1e9)
     ends = [effects.effects[a] for a in (control, gap) if a in effects.effects]
     return parts + ends
 
@@ -54,7 +54,7 @@ def _label(effect: ComponentEffect, effects: ComponentEffects) -> str:
 
 
 def _hover(effect: ComponentEffect, full: str) -> str:
-    m, loss = effect.multiplier, effect.loss.mean
+    m, loss = effect.multiplier, signed_loss(effect)
     parts = [effect.note, f"loss {effect.arm} − {full}: {diff_text(loss)}"]
     parts.append(f"M {theme.fmt_num(m.value)} {_interval(m.interval)}: {m.verdict.to_json()}")
     if effect.anchor:
@@ -101,9 +101,9 @@ def _loss_traces(labels: list[str], rows: list[ComponentEffect], full: str) -> l
     traces = []
     for identified, name in ((True, "loss difference [95%]"), (False, "loss, not identified")):
         mine = [
-            (label, e, e.loss.mean)
+            (label, e, signed_loss(e))
             for label, e in zip(labels, rows, strict=True)
-            if e.loss.mean.value is not None and _drawn(e.loss.mean) == identified
+            if signed_loss(e).value is not None and _drawn(signed_loss(e)) == identified
         ]
         if mine:
             traces.append(_points(mine, name, full, identified))
@@ -131,8 +131,10 @@ def forest_panel(fits: DashboardFits, conv: str) -> Panel:
         why = effects.skipped if effects else "the fit has no component effects"
         raise K3ScaleError(f"dashboard: component effects ({conv}) not drawn: {why}")
     rows, full = _rows(effects), effects.full
-    if all(e.loss.mean.value is None for e in rows):
-        reasons = sorted({e.loss.mean.verdict.reason for e in rows if e.loss.mean.verdict.reason})
+    if all(signed_loss(e).value is None for e in rows):
+        reasons = sorted(
+            {signed_loss(e).verdict.reason for e in rows if signed_loss(e).verdict.reason}
+        )
         # The page lists this line where the figure would be: no axis for numbers not known.
         raise K3ScaleError(
             f"dashboard: component effects ({conv}) not drawn: no loss difference is defined "
@@ -212,10 +214,11 @@ def _caption(
     priced: list[tuple[str, ComponentEffect]],
 ) -> str:
     full, num = effects.full, len(rows)
-    seen = sum(_drawn(e.loss.mean) for e in rows)
+    seen = sum(_drawn(signed_loss(e)) for e in rows)
     parts = [
-        f"loss arm − {full} (mean over cells; bars: 95% interval; hollow: not identified): "
-        f"identified for {seen} of {num} arms"
+        f"loss arm − {full} (mean over cells, on the re-run seeds that did not choose the "
+        f"cells' points where each arm has them, else over all seeds; bars: 95% interval; "
+        f"hollow: not identified): identified for {seen} of {num} arms"
     ]
     if priced:
         parts.append(
@@ -228,7 +231,7 @@ def _caption(
     control = effects.effects.get(effects.positive_control)
     if control is not None:
         m = control.multiplier
-        said = f"positive control {control.arm}: loss {diff_text(control.loss.mean)} nats"
+        said = f"positive control {control.arm}: loss {diff_text(signed_loss(control))} nats"
         if _drawn(m):
             said += f", M = {theme.fmt_num(m.value)} {_interval(m.interval)}"
         parts.append(said)

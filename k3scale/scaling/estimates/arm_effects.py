@@ -38,7 +38,7 @@ from k3scale.scaling.estimates.compute_optimal import (
     monotone_frontier,
 )
 from k3scale.scaling.estimates.optimum import CellOptimum
-from k3scale.scaling.estimates.schedule_compare import compare_cell, pooled
+from k3scale.scaling.estimates.schedule_compare import SeedRuns, compare_cell, pooled
 from k3scale.scaling.laws.frontier import (
     frontier_grid_log_compute,
     predict_frontier_grid,
@@ -57,6 +57,8 @@ class ArmCell:
     cell: dict
     compute: float
     optimum: CellOptimum
+    reruns: SeedRuns | None = None
+    """The re-runs at the chosen point by seed: the selection-free reading (issue 47)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +195,8 @@ def arm_effect(
     """
     cells, comparisons, logs = [], [], []
     for mine, theirs in pairs:
-        compared = compare_cell(mine.optimum, theirs.optimum, arm, full, mine.cell)
+        reruns = (mine.reruns, theirs.reruns) if mine.reruns and theirs.reruns else None
+        compared = compare_cell(mine.optimum, theirs.optimum, arm, full, mine.cell, reruns)
         d = compared.difference.own
         reason = d.verdict.reason
         if reason is None and not np.isfinite(frontier.point).any():

@@ -200,9 +200,12 @@ def test_designs_are_compared_at_their_planned_cpu_time():
     assert "detects: report_direction" in table[0] and "false positives" in table[0]
     assert table[2].startswith("| cpu_v3 (what-if seeds 2) | 2 | 12 |")
     assert table[3].startswith(f"| cpu_v3 (what-if seeds 3) | 3 | 12 | {planned[1]:.0f} |")
-    # The report's one line of design power reads the same calibration.
+    # The report's one line of design power reads the same calibration, at its signed quantity
+    # (issue 47: the selection-free difference).
     line = calibrate.power_line(runs[1], "cosine_vs_wsd")
-    rate = runs[1]["scenarios"]["cosine_vs_wsd"]["report_direction"]["pooled_diff"]["detect_rate"]
+    scenario = runs[1]["scenarios"]["cosine_vs_wsd"]["report_direction"]
+    rate = scenario["pooled_diff_selection_free"]["detect_rate"]
+    assert line.startswith("design power (pooled_diff_selection_free,")
     assert f"detects cosine lower by 0.02 nats in {rate:.0%}" in line
     assert calibrate.power_line(runs[1], "k2_vs_k3") is None
 
