@@ -58,3 +58,20 @@ def test_v2_reads_the_same_way():
     assert _k2_route("k2_vs_k3-cpu_v2", "surface").skipped
     lo, hi = _k2_route("k2_vs_k3-cpu_v2", "monotone").rate["k3"].interval
     assert lo < 0 < hi
+
+
+def test_the_routes_calibration_reads_as_the_readme_says():
+    """'The routes simulated on the v3 design': laws refused everywhere, the monotone M failing
+    its calibration, its rate calibrated."""
+    calibration = json.loads((RESULTS / "calibration" / "k2_vs_k3-cpu_v3.json").read_text())
+    worlds = calibration["scenarios"]["k2_vs_k3"]
+    for world in worlds.values():
+        assert world["M_envelope_c_6n"]["identified_rate"] == 0.0
+        assert world["M_envelope_e0_c_6n"]["identified_rate"] == 0.0
+        assert world["M_monotone_c_6n"]["identified_rate"] == 1.0
+    for null in ("no_effect", "no_effect_curved"):
+        m, rate = worlds[null]["M_monotone_c_6n"], worlds[null]["rate_monotone_c_6n"]
+        assert 0.15 < m["detect_rate"] < 0.30  # about a fifth, far above 5%
+        assert m["coverage"] > 0.93 and m["coverage_vs_design"] < 0.85
+        # 120 studies per world: each rate carries a standard error of about 0.02.
+        assert rate["detect_rate"] <= 0.07 and rate["coverage_vs_design"] >= 0.92
