@@ -7,7 +7,9 @@ study goes through the same analysis functions the recipes call (cell optima, sc
 comparison, compute-optimal multiplier), and each headline quantity is scored where it is
 identified: coverage of its 95% interval, bias of its point estimate, and how often it is
 identified. The truth of a multiplier is its estimand: the same route applied to the noise-free
-landscape over the same identified cells (`bias_vs_design` compares with the design's k as well).
+landscape over the same identified cells (`bias_vs_design` compares with the design's k as well;
+the monotone route's interval bounds M between cells, so its coverage of the truth's own k is the
+column that tests it).
 The rate of M(C) (issue 33) is scored the same way; every truth here has a multiplier constant in
 compute, so the rate's "detects an effect" is the share of studies that would report a change
 with compute that the truth does not have, whatever the route's estimand on the design.
@@ -255,7 +257,7 @@ def _multiplier_scores(estimates, truth, design, group_key, baseline, opts) -> d
             entry = part.multiplier[new][MID]
             out[name] = (entry.value, entry.interval, entry.verdict.to_json(), true_value)
             rate = part.rate[new]
-            true_rate = _true_rate(part.multiplier[new], ref.routes[route].multiplier[new], got)
+            true_rate = _true_rate(part, ref.routes[route].multiplier[new], got, new)
             out[f"rate_{route}_{conv}"] = (
                 rate.value,
                 rate.interval,
@@ -265,15 +267,15 @@ def _multiplier_scores(estimates, truth, design, group_key, baseline, opts) -> d
     return out
 
 
-def _true_rate(got: list, truth: list, comparison) -> float | None:
-    """The true slope of log M on log C over the compute values where the estimate used M(C):
-    the rate estimates that slope, and its value depends on which values those are."""
-    used = np.array([e.identified for e in got])
+def _true_rate(route, truth: list, comparison, new: str) -> float | None:
+    """The true slope of log M on log C over the compute values the rate was read over: the rate
+    estimates that slope, and its value depends on which values those are."""
+    at = np.array(route.rate_at.get(new, ()))
+    used = np.isin(np.array(comparison.compute), at)
     values = np.array([np.nan if e.value is None else e.value for e in truth])[used]
     if used.sum() < compute_optimal.MIN_RATE_POINTS or not np.all(np.isfinite(values)):
         return None
-    at = np.array(comparison.compute)[used]
-    return float(compute_optimal.log_slope(values[None], at)[0])
+    return float(compute_optimal.log_slope(values[None], np.array(comparison.compute)[used])[0])
 
 
 def score_study(design: Design, truth: Truth, seed: int, draws: int) -> dict[str, list]:

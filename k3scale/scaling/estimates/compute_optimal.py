@@ -12,7 +12,9 @@ compute is not on it. Two routes, side by side:
 - "envelope_e0": the same law with its asymptote pinned at E = 0 (a pure power law), reported
   beside the free one (issue 47);
 - "monotone": no functional form: the running minimum of the cell optima in log C, interpolated
-  by a monotone cubic (methods.md 4.11 (b)).
+  by a monotone cubic (methods.md 4.11 (b)); its M(C) interval bounds what any non-increasing
+  frontier through those minima allows between cells (`monotone_multiplier_bounds`), and its
+  rate is the slope of the cubic's reading.
 
 A route signs nothing its own checks reject (methods.md 4.11 (a)): the surface and both laws
 are tested for lack of fit against the optima's noise, and a law whose exponent sits on an end
@@ -187,9 +189,17 @@ def envelope_frontier(
     return out
 
 
+def running_minima(arm: ArmOptima, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log C [k] of the arm's distinct computes, [S, k] the lowest loss of any cell at that
+    compute or below): the running minimum, non-increasing in C."""
+    order, starts, log_c = distinct_computes(arm.compute)
+    rows = np.minimum.reduceat(losses[:, order], starts, axis=1)
+    return log_c, np.minimum.accumulate(rows, axis=1)
+
+
 def monotone_frontier(arm: ArmOptima, losses: np.ndarray, compute: np.ndarray) -> np.ndarray:
-    """L*(C) [S, m] assuming no form: at each distinct compute the lowest loss of any cell at
-    that compute or below (the running minimum), joined by a monotone cubic in log C.
+    """L*(C) [S, m] assuming no form: the running minimum of the cell optima, joined by a
+    monotone cubic in log C.
 
     The running minimum is a continuous function of the optima, so the curve does not jump when
     a cell enters or leaves the Pareto set (the law through the Pareto points does: issue 47
@@ -197,13 +207,72 @@ def monotone_frontier(arm: ArmOptima, losses: np.ndarray, compute: np.ndarray) -
     monotone cubic keeps it non-increasing and bends with a convex frontier where straight
     chords would lie above it. NaN outside the arm's compute range.
     """
-    order, starts, log_c = distinct_computes(arm.compute)
+    log_c, running = running_minima(arm, losses)
     if len(log_c) < 2:
         return np.full((len(losses), len(compute)), np.nan)
-    rows = np.minimum.reduceat(losses[:, order], starts, axis=1)
-    running = np.minimum.accumulate(rows, axis=1)
     curve = PchipInterpolator(log_c, running, axis=1, extrapolate=False)(np.log(compute))
     return np.asarray(curve, dtype=np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiplierBounds:
+    """[S, m] bounds on M(C) that hold for any non-increasing frontiers through the arms' running
+    minima (NaN where a bound would need a frontier outside an arm's compute range)."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+def monotone_multiplier_bounds(
+    base: ArmOptima, new: ArmOptima, base_losses: np.ndarray, new_losses: np.ndarray, at: np.ndarray
+) -> MultiplierBounds:
+    """What M(C) can be between cells when the frontier has no form (issue 47).
+
+    A non-increasing frontier that meets each running minimum r_j at its compute c_j lies, at
+    c_j < C < c_j+1, anywhere in [r_j+1, r_j]. The monotone cubic picks one curve in that band,
+    and calibration (`bench calibrate`, v3 design, no effect) found its M(C) excluding 1 in 22%
+    of studies: two ladders sampled at different computes interpolate differently. The bounds
+    take the whole band instead: the baseline needs at most the first compute whose running
+    minimum reaches the new arm's lowest possible loss at C, and more than the compute before
+    the first one that reaches its highest.
+    """
+    base_c, base_r = running_minima(base, base_losses)
+    new_c, new_r = running_minima(new, new_losses)
+    log_at = np.log(at)
+    left = np.clip(np.searchsorted(new_c, log_at, side="right") - 1, 0, len(new_c) - 1)
+    right = np.clip(np.searchsorted(new_c, log_at, side="left"), 0, len(new_c) - 1)
+    highest, lowest = new_r[:, left], new_r[:, right]  # [S, m] the new arm's band at C
+
+    def reached(target: np.ndarray) -> np.ndarray:
+        """[S, m] index of the first baseline compute whose running minimum is <= target."""
+        return (base_r[:, :, None] > target[:, None, :]).sum(axis=1)
+
+    first_low, first_high = reached(lowest), reached(highest)
+    k = len(base_c)
+    upper = np.where(first_low < k, np.exp(base_c[np.minimum(first_low, k - 1)]) / at, np.nan)
+    lower = np.where(first_high >= 1, np.exp(base_c[np.maximum(first_high - 1, 0)]) / at, np.nan)
+    return MultiplierBounds(lower, upper)
+
+
+def bounded_estimates(
+    point: np.ndarray, bounds: MultiplierBounds, name: str, decades: float
+) -> list[Estimate]:
+    """Per compute value: the point reading with the 95% interval of the bounds (the lower
+    bound's 2.5th percentile to the upper bound's 97.5th), identified as `summarise` says."""
+    out = []
+    for j in range(point.shape[0]):
+        lo, hi = bounds.lower[:, j], bounds.upper[:, j]
+        share = float(min(np.isfinite(lo).mean(), np.isfinite(hi).mean())) if len(lo) else 0.0
+        low, high = percentile_interval(lo), percentile_interval(hi)
+        ci = [low[0], high[1]] if low and high else None
+        value = float(point[j]) if np.isfinite(point[j]) else None
+        ruling = Verdict.first(
+            None if value is not None else f"{name} undefined at this compute (extrapolation)",
+            verdict.defined_share_reason(f"a bound on {name}", share),
+            verdict.ratio_reason(name, ci, decades),
+        )
+        out.append(Estimate(value, ci, ruling, defined_share=share))
+    return out
 
 
 def pareto_count(arm: ArmOptima) -> int:
@@ -564,16 +633,28 @@ def compare_arms(
         }
         base = frontiers[baseline]
         refused = _route_reason(route, frontiers)
-        ratios, rates = {}, {}
+        ratios, rates, rate_at = {}, {}, {}
         for new in others:
             point, draws = frontiers[new].at(at)
             m_point = multiplier(base.point[None], base.grid, point[None], at)[0]
             m_draws = multiplier(base.draws, base.grid, draws, at)
-            ratios[new] = _inherit(summarise(m_draws, m_point, "M(C)", decades), refused)
+            read = summarise(m_draws, m_point, "M(C)", decades)
+            if route == "monotone":
+                bounds = monotone_multiplier_bounds(
+                    arms[baseline], arms[new], arms[baseline].draws, arms[new].draws, at
+                )
+                ratios[new] = bounded_estimates(m_point, bounds, "M(C)", decades)
+            else:
+                ratios[new] = _inherit(read, refused)
+            # The rate is the slope of the route's reading (for the monotone route, of its
+            # cubic), over the compute values where that reading is identified.
             rates[new] = (
                 Estimate(None, None, Verdict(refused))
                 if refused
-                else rate_of(m_draws, m_point, at, ratios[new])
+                else rate_of(m_draws, m_point, at, read)
             )
-        routes[route] = Route({name: f.record for name, f in frontiers.items()}, ratios, rates)
+            rate_at[new] = tuple(at[[e.identified for e in read]].tolist())
+        routes[route] = Route(
+            {name: f.record for name, f in frontiers.items()}, ratios, rates, rate_at=rate_at
+        )
     return Comparison(baseline, tuple(at.tolist()), routes)

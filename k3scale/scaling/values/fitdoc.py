@@ -510,13 +510,14 @@ class ArmFrontier:
 @dataclasses.dataclass(frozen=True)
 class Route:
     """One route's frontiers per arm, M(C) of each new arm over the baseline (one Estimate per
-    compute value of the comparison) and its rate d log M / d log C; or why the route was
-    skipped."""
+    compute value of the comparison) and its rate d log M / d log C with the compute values it
+    was read over; or why the route was skipped."""
 
     arms: dict[str, ArmFrontier]
     multiplier: dict[str, list[Estimate]]
     rate: dict[str, Estimate] = dataclasses.field(default_factory=dict)
     skipped: str | None = None
+    rate_at: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         if self.skipped:
@@ -525,6 +526,7 @@ class Route:
             "arms": {name: arm.to_json() for name, arm in self.arms.items()},
             "multiplier": {new: [e.to_json() for e in m] for new, m in self.multiplier.items()},
             "rate": {new: e.to_json() for new, e in self.rate.items()},
+            "rate_at": {new: list(at) for new, at in self.rate_at.items()},
         }
 
     @classmethod
@@ -537,6 +539,7 @@ class Route:
                 new: [Estimate.from_json(e) for e in m] for new, m in doc["multiplier"].items()
             },
             rate={new: Estimate.from_json(e) for new, e in doc["rate"].items()},
+            rate_at={new: tuple(at) for new, at in doc.get("rate_at", {}).items()},
         )
 
 

@@ -367,3 +367,78 @@ def test_routes_that_pass_agree_on_a_known_multiplier_and_the_agreement_names_th
     agreement = comparison.agreement("k3")[middle]
     assert {"envelope", "monotone"} <= set(agreement["routes"])
     assert agreement["status"] == "agree (intervals overlap)"
+
+
+def shifted_ladder(name, loss_of_c, sizes, noise=0.0, seed=0):
+    """Like `ladder_arm`, on its own sizes (two arms' ladders sit at different computes)."""
+    n = np.repeat(sizes, 3)
+    d = n * np.tile([5.0, 10.0, 20.0], len(sizes))
+    compute = 6 * n * d
+    truth = loss_of_c(compute)
+    rng = np.random.default_rng(seed)
+    return co.ArmOptima(
+        name, n, d, compute, truth, truth + noise * rng.standard_normal((400, len(truth)))
+    )
+
+
+@pytest.mark.parametrize("k", [1.0, 2.5])
+def test_the_monotone_bounds_hold_the_true_multiplier_between_cells_of_two_ladders(k):
+    """Issue 47: with one truth sampled at different computes by the two arms, the cubic's
+    reading between cells is off the truth's M; the bounds hold it at every compute they
+    bound."""
+    base = shifted_ladder("k2", power_law(), [3e4, 7e4, 1.3e5])
+    new = shifted_ladder("k3", power_law(at=k), [4.4e4, 9e4, 1.7e5])
+    at = co.common_grid([base, new])
+    bounds = co.monotone_multiplier_bounds(base, new, base.loss[None], new.loss[None], at)
+    both = np.isfinite(bounds.lower[0]) & np.isfinite(bounds.upper[0])
+    assert both.sum() >= 5
+    assert np.all(bounds.lower[0][both] <= k * (1 + 1e-9))
+    assert np.all(bounds.upper[0][both] >= k * (1 - 1e-9))
+
+
+def brute_force_bounds(base, new, at):
+    """The bounds by definition: over the baseline's computes, the cheapest whose running
+    minimum reaches the lowest loss the new arm can have at C, and the dearest whose running
+    minimum stays above the highest."""
+
+    def running(arm):
+        computes = np.unique(arm.compute)
+        return computes, np.array([arm.loss[arm.compute <= c].min() for c in computes])
+
+    bc, br = running(base)
+    nc, nr = running(new)
+    lower, upper = [], []
+    for c in at:
+        highest = nr[nc <= c * (1 + 1e-12)][-1]
+        lowest = nr[nc >= c * (1 - 1e-12)][0]
+        reach_low = bc[br <= lowest]
+        upper.append(reach_low[0] / c if len(reach_low) else np.nan)
+        above_high = bc[br > highest]
+        lower.append(above_high[-1] / c if len(above_high) else np.nan)
+    return np.array(lower), np.array(upper)
+
+
+def test_the_monotone_bounds_match_their_definition_on_noisy_optima():
+    base = ladder_arm("k2", power_law(), noise=0.02, seed=5)
+    new = ladder_arm("k3", power_law(at=2.0), noise=0.02, seed=6)
+    at = np.geomspace(base.compute.min(), base.compute.max(), 23)
+    bounds = co.monotone_multiplier_bounds(base, new, base.loss[None], new.loss[None], at)
+    lower, upper = brute_force_bounds(base, new, at)
+    np.testing.assert_allclose(bounds.lower[0], lower, rtol=1e-9)
+    np.testing.assert_allclose(bounds.upper[0], upper, rtol=1e-9)
+
+
+def test_the_monotone_route_s_interval_is_the_bounds_and_its_rate_the_cubic_s():
+    base = shifted_ladder("k2", power_law(), [3e4, 7e4, 1.3e5], noise=0.004, seed=1)
+    new = shifted_ladder("k3", power_law(), [4.4e4, 9e4, 1.7e5], noise=0.004, seed=2)
+    comparison = co.compare_arms({"k2": base, "k3": new}, "k2", decades=1.0)
+    route = comparison.routes["monotone"]
+    at = np.array(comparison.compute)
+    bounds = co.monotone_multiplier_bounds(base, new, base.draws, new.draws, at)
+    for j, e in enumerate(route.multiplier["k3"]):
+        if e.interval is None:
+            continue
+        assert e.interval[0] == pytest.approx(np.nanpercentile(bounds.lower[:, j], 2.5))
+        assert e.interval[1] == pytest.approx(np.nanpercentile(bounds.upper[:, j], 97.5))
+        assert e.interval[0] <= 1.0 <= e.interval[1]  # no effect: never excluded here
+    assert route.rate["k3"].value is not None
