@@ -100,8 +100,26 @@ def _multiplier_rows(predictions: dict, combined_fit: dict) -> list[dict]:
             for route, part in sorted(comparison.routes.items()):
                 if part.skipped or new not in part.multiplier:
                     continue
-                observed = _interpolated(part.multiplier[new], at, np.log(c))
+                estimates = part.multiplier[new]
+                if not any(e.identified for e in estimates):
+                    continue  # the route reads M nowhere (its law is refused): it observes nothing
+                observed = _interpolated(estimates, at, np.log(c))
                 if observed is None:
+                    unread = next(
+                        estimates[i]
+                        for i in _neighbours(at, np.log(c))
+                        if not estimates[i].identified
+                    )
+                    reason = unread.verdict.to_json().replace("not identified: ", "")
+                    where = f"C={c:.3g} (observed by {route})"
+                    rows.append(
+                        {
+                            "kind": "M",
+                            "arm": new,
+                            "where": where,
+                            "missing": f"not observed: {reason}",
+                        }
+                    )
                     continue
                 for law, p in entry.items():
                     if law != "compute":
@@ -122,14 +140,19 @@ def _multiplier_rows(predictions: dict, combined_fit: dict) -> list[dict]:
 def _interpolated(estimates, at: np.ndarray, x: float) -> float | None:
     """M at log compute x from identified estimates on the grid `at` (log-linear), or None."""
     values = np.array([e.value if e.identified else np.nan for e in estimates])
-    j = int(np.searchsorted(at, x))
-    lo, hi = max(j - 1, 0), min(j, len(at) - 1)
+    lo, hi = _neighbours(at, x)
     if not (np.isfinite(values[lo]) and np.isfinite(values[hi])):
         return None
     if hi == lo:
         return float(values[lo])
     w = (x - at[lo]) / (at[hi] - at[lo])
     return float(np.exp((1 - w) * np.log(values[lo]) + w * np.log(values[hi])))
+
+
+def _neighbours(at: np.ndarray, x: float) -> tuple[int, int]:
+    """The grid indices either side of x (equal at or beyond an end)."""
+    j = int(np.searchsorted(at, x))
+    return max(j - 1, 0), min(j, len(at) - 1)
 
 
 def summary(rows: list[dict]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,22 @@ PREDICTIONS = ROOT / "analysis/results/predictions/k2_vs_k3-heldout.json"
 
 
 def test_the_predictions_name_the_fit_they_came_from():
-    doc = json.loads(PREDICTIONS.read_text())
-    fit = ROOT / doc["provenance"]["fit"]
-    assert hashlib.sha256(fit.read_bytes()).hexdigest() == doc["provenance"]["fit_sha256"]
+    # The fit is refitted as the code changes; the one registered from is the fit committed
+    # with the predictions' last change, read from the repository's history.
+    provenance = json.loads(PREDICTIONS.read_text())["provenance"]
+    last = _git("log", "-1", "--format=%H", "--", str(PREDICTIONS.relative_to(ROOT)))
+    if last is None or not last.strip():
+        pytest.skip("this clone lacks the commit that registered the predictions (shallow)")
+    registered = last.decode().strip()
+    fit = _git("show", f"{registered}:{provenance['fit']}")
+    assert hashlib.sha256(fit).hexdigest() == provenance["fit_sha256"]
+    fitted_by = json.loads(fit)["provenance"]["code"]
+    assert fitted_by["git_sha"] == provenance["fit_commit"] and not fitted_by["git_dirty"]
+
+
+def _git(*args: str) -> bytes | None:
+    shown = subprocess.run(["git", *args], cwd=ROOT, capture_output=True)
+    return shown.stdout if shown.returncode == 0 else None
 
 
 def test_the_heldout_grids_are_centred_on_the_registered_lr():
@@ -54,6 +68,8 @@ def test_the_readme_s_reading_of_the_scores_holds():
     k2_at_10 = [r for r in frontier if r["arm"] == "k2" and r["where"].startswith("k2-s4 D=2,695")]
     assert all(r["error"] > 0.1 and not r["covered"] for r in k2_at_10)
     m = [r for r in rows if r["kind"] == "M"]
-    assert m and all(r["error"] > 2 and r["verdict"] != "identified" for r in m)
+    # K3 at the held-out computes reaches losses K2 never reached: no monotone frontier through
+    # the optima bounds M(C) there, so nothing is observed to score a law's M against.
+    assert m and all(r["missing"].startswith("not observed: a bound on M(C)") for r in m)
     k2_at_20 = [r for r in rows if r["kind"] == "lr" and r["where"].startswith("k2-s4 D=5,390")]
     assert k2_at_20[0]["observed"] is None
