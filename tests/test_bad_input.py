@@ -134,7 +134,7 @@ def cases(w: Path) -> dict[str, tuple[tuple[str, ...], str]]:
         ),
         "status-of-no-study": (
             ("study", "status", "experiments/k2_vs_k3.py", "--study-dir", str(w / "s4")),
-            "no study at",
+            "no k2_vs_k3 study with preset 'demo' at",
         ),
         "report-without-fit": (
             ("study", "report", "experiments/k2_vs_k3.py", "--study-dir", str(w / "s5")),
@@ -196,6 +196,7 @@ def workspace(tmp_path_factory) -> Path:
     (w / "fit.json").write_bytes(GOOD_FIT)
     (w / "precious.txt").write_bytes(b"precious")
     (w / "garbage").mkdir()
+    (w / "s5").mkdir()  # a study folder that holds no fit yet
     for name in ("runs.parquet", "curves.parquet"):
         (w / "garbage" / name).write_bytes(b"not parquet at all\n" * 10)
     pl.DataFrame({"N": [1e8] * 10, "D": [1e9] * 10, "L": [3.0] * 10}).write_csv(w / "repeated.csv")

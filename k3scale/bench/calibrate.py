@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -598,9 +599,14 @@ EFFECTS = {
 }
 
 
+# Below this simulated power an unresolved answer says little about the effect.
+WEAK_POWER = 0.5
+
+
 def power_line(result: dict, name: str) -> str | None:
-    """One line: how often the preset's design identifies its headline effect, and a false one
-    (None when the calibration did not run that study)."""
+    """One line: how often the preset's design identifies its headline effect, and a false one,
+    and plainly so when the design cannot answer (None when the calibration did not run that
+    study)."""
     per = result["scenarios"].get(name)
     if per is None:
         return None
@@ -608,16 +614,35 @@ def power_line(result: dict, name: str) -> str | None:
     if not held:
         return None
     quantity = held[0]
-    found = ", ".join(
-        f"{effect} in {per[scenario][quantity]['detect_rate']:.0%}"
-        for scenario, effect in EFFECTS[name].items()
-        if scenario in per
-    )
-    return (
+    source = (
         f"design power ({quantity}, `bench calibrate --preset {result['preset']}`, "
-        f"{result['studies_per_scenario']} simulated studies): detects {found}; "
-        f"a false effect in {per['no_effect'][quantity]['detect_rate']:.0%}"
+        f"{result['studies_per_scenario']} simulated studies)"
     )
+    if not any(world[quantity]["identified_rate"] for world in per.values() if quantity in world):
+        return (
+            f"{source}: this design cannot answer it: {quantity} is identified in none of the "
+            "simulated studies, in any world; it shows the pipeline, and a reference study "
+            "(analysis/README.md) answers the question"
+        )
+    effects = {e: per[s][quantity]["detect_rate"] for s, e in EFFECTS[name].items() if s in per}
+    found = ", ".join(f"{effect} in {rate:.0%}" for effect, rate in effects.items())
+    line = f"{source}: detects {found}; a false effect in {per['no_effect'][quantity]['detect_rate']:.0%}"
+    if max(effects.values(), default=0.0) < WEAK_POWER:
+        line += (
+            "; too weak to settle it: this design resolves the effect in fewer than half of "
+            "the studies where it is real, so an unresolved answer is no evidence against it"
+        )
+    return line
+
+
+def design_power(study_name: str, preset: str) -> str | None:
+    """The preset's power line from its committed calibration, if there is one: the study's own
+    (`<study>-<preset>.json`), else the preset's for both flagships."""
+    folder = ROOT / "analysis" / "results" / "calibration"
+    for path in (folder / f"{study_name}-{preset}.json", folder / f"{preset}.json"):
+        if path.exists():
+            return power_line(json.loads(path.read_text()), study_name)
+    return None
 
 
 def designs_markdown(results: list[dict], name: str, quantity: str) -> str:

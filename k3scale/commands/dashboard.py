@@ -120,9 +120,30 @@ def render(tables: Path, fit_path: Path | None, layout: str | None, metric: str,
     title = f"{chosen.title.format(tuned=tuned_text(runs))} — {study}"
     notes = [*unplaced_note, *page.skipped, *fits.notes]
     html = render_page(
-        title, provenance, page.panels, notes, inline_js=js == "inline", headline=fits.headline
+        title,
+        provenance,
+        page.panels,
+        notes,
+        inline_js=js == "inline",
+        headline=fits.headline,
+        answers=fits.answers or ["no comparison in this fit"],
+        power=_design_power(tables, study),
     )
     return html, page.panels, notes
+
+
+def _design_power(tables: Path, study: str) -> str | None:
+    """The power line of the preset the study.json beside the tables names (the study folder
+    holds tables/; an exported results folder holds the tables itself)."""
+    import json
+
+    from k3scale.bench.calibrate import design_power
+
+    for record in (tables / "study.json", tables.parent / "study.json"):
+        if record.is_file():
+            preset = json.loads(record.read_text()).get("preset")
+            return design_power(study, preset) if preset else None
+    return None
 
 
 # What every figure places a run by: its tags (arch, schedule) and its params (LR, batch, size).

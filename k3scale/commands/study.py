@@ -396,6 +396,8 @@ def study_folder(study_name: str, preset: str, study_dir: str | None) -> Path:
     if not study_dir and not folder.exists():
         versioned = folder.with_name(f"{folder.name}-{git_state()[0][:COMMIT_CHARS]}")
         folder = versioned if versioned.exists() else folder
+    if not folder.is_dir():
+        raise K3ScaleError(_no_folder(study_name, preset, folder))
     record = folder / STUDY_JSON
     ran = json.loads(record.read_text()).get("preset") if record.exists() else None
     if ran is not None and ran != preset:
@@ -405,6 +407,39 @@ def study_folder(study_name: str, preset: str, study_dir: str | None) -> Path:
     return folder
 
 
+def _no_folder(study_name: str, preset: str, folder: Path) -> str:
+    """What to do when the study folder is not there: the folders that do hold this study."""
+    found = study_folders(study_name)
+    where = (
+        "folders of this study here: " + ", ".join(f"{f} ({p})" for f, p in found)
+        if found
+        else "no folder here holds this study"
+    )
+    return (
+        f"no {study_name} study with preset {preset!r} at {folder}; {where}. Pass --study-dir "
+        f"and --preset for one of those, or run `k3scale study run <study file> --preset {preset}`"
+    )
+
+
+def study_folders(study_name: str) -> list[tuple[Path, str]]:
+    """Each folder under studies/ and analysis/results/ whose study.json names this study, with
+    its preset."""
+    import json
+
+    from k3scale.sweep.run import STUDY_JSON
+
+    out = []
+    for root in (Path("studies"), Path("analysis") / "results"):
+        for record in sorted(root.glob(f"*/{STUDY_JSON}")):
+            try:
+                doc = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            if doc.get("study") == study_name:
+                out.append((record.parent, str(doc.get("preset"))))
+    return out
+
+
 def _trial_counts(trials: dict) -> str:
     return ", ".join(f"{trials.get(k, 0)} {k}" for k in ("finished", "failed", "diverged"))
 
@@ -412,6 +447,7 @@ def _trial_counts(trials: dict) -> str:
 def _report(args) -> int:
     import json
 
+    from k3scale.bench.calibrate import design_power
     from k3scale.ops.cpu.build import KernelPath
     from k3scale.scaling.answers import answer_lines, answers_markdown
     from k3scale.scaling.headline import headline_lines, markdown_tables, rerun_text
@@ -419,13 +455,11 @@ def _report(args) -> int:
     from k3scale.sweep.run import STUDY_JSON
 
     study = load_study(args.study)
+    study.preset(args.preset)  # a misspelt preset is named before any folder is looked for
     folder = study_folder(study.name, args.preset, args.study_dir)
     fit_path, page = folder / "fit.json", folder / "dashboard.html"
     if not fit_path.exists():
-        raise K3ScaleError(
-            f"no {fit_path}: run `k3scale fit {study.analysis} --from {folder / 'tables'} "
-            f"--out {fit_path}` first"
-        )
+        raise K3ScaleError(_no_fit(study, args, folder, fit_path))
     doc = json.loads(fit_path.read_text())
     if args.markdown:
         print(answers_markdown(doc) + markdown_tables(doc), end="")
@@ -441,7 +475,7 @@ def _report(args) -> int:
         print(f"kernel path: {KernelPath(**path).describe()}")
     for line in answer_lines(doc) or ["no comparison in this fit"]:
         print(f"ANSWER: {line}")
-    if power := _design_power(study.name, args.preset):
+    if power := design_power(study.name, args.preset):
         print(power)
     if args.brief:
         check = doc.get("results", {}).get("rerun_check")
@@ -460,18 +494,19 @@ def _report(args) -> int:
     return 0
 
 
-def _design_power(study_name: str, preset: str) -> str | None:
-    """The preset's power line from its committed calibration, if there is one: the study's own
-    (`<study>-<preset>.json`, the ablation's), else the preset's for both flagships."""
-    import json
+def _no_fit(study, args, folder: Path, fit_path: Path) -> str:
+    """The fix for a folder without fit.json: fit its tables, or finish the study first."""
+    from k3scale.sweep.run import STUDY_JSON, TABLES
 
-    from k3scale.bench.calibrate import ROOT, power_line
-
-    folder = ROOT / "analysis" / "results" / "calibration"
-    for path in (folder / f"{study_name}-{preset}.json", folder / f"{preset}.json"):
-        if path.exists():
-            return power_line(json.loads(path.read_text()), study_name)
-    return None
+    tables = folder / TABLES
+    fit = f"`k3scale fit {study.analysis or study.name} --from {tables} --out {fit_path}`"
+    if (tables / "runs.parquet").exists():
+        return f"no {fit_path}: fit the study's tables first with {fit}"
+    state = "has no study.json" if not (folder / STUDY_JSON).exists() else "has no tables yet"
+    return (
+        f"no {fit_path}: {folder} {state}; `k3scale study run {args.study} --preset "
+        f"{args.preset} --study-dir {folder}` runs (or resumes) the study, then {fit} fits it"
+    )
 
 
 def _log_summary(folder, study_name: str, preset: str, tracking_uri: str | None) -> None:

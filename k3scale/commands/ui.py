@@ -150,6 +150,13 @@ def run_ui(args) -> int:
     else:
         if args.artifacts_dir:
             raise K3ScaleError("--artifacts-dir goes with --backend-store-uri only")
+        if not Path(args.study_dir).is_dir():
+            # A misspelt folder would otherwise get a new, empty MLflow store and be served.
+            raise K3ScaleError(
+                f"no study folder {args.study_dir}: pass the folder `k3scale study run` made "
+                "(studies/<study>-<preset>, or the -<commit> one scripts/main.sh makes); nothing "
+                "was created"
+            )
         store = study_store(Path(args.study_dir))
         backend, artifacts, log_path = store.db_path, store.artifacts_dir, store.log_path
     # A `kill` (SIGTERM) stops the server as cleanly as Ctrl-C does.

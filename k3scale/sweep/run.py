@@ -286,8 +286,9 @@ def study_note(study, preset_name: str, identity: dict[str, str]) -> str:
     return (
         f"**k3scale study `{study.name}`**, preset `{preset_name}`: {study.description}\n\n"
         f"Code commit `{identity[GIT_SHA]}`{dirty}; data fingerprint "
-        f"`{identity[DATA_FINGERPRINT][:16]}`. Fits and dashboard: experiment "
-        f"`{summary_experiment(study.name)}`."
+        f"`{identity[DATA_FINGERPRINT][:16]}`. Fits and dashboard: `k3scale study report "
+        f"<study file> --preset {preset_name}` (not `--brief`) logs them to experiment "
+        f"`{summary_experiment(study.name)}`, which exists from then on."
     )
 
 

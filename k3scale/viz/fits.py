@@ -50,8 +50,10 @@ class DashboardFits:
     """Where the fits came from (file name and hash), for the page header."""
     notes: tuple[str, ...] = ()
     """Skipped fits no figure names, and why (shown in the page header)."""
+    answers: tuple[str, ...] = ()
+    """One line per claim with its interval and verdict (the report's ANSWER lines)."""
     headline: tuple[str, ...] = ()
-    """The artifact's headline lines with their verdicts, as the report prints them."""
+    """Every number of the artifact with its verdict, as the report prints them."""
 
     @classmethod
     def from_artifact(cls, document: dict, source: str = "") -> DashboardFits:
@@ -93,7 +95,8 @@ class DashboardFits:
             hp_laws=hp_laws,
             source=source,
             notes=_skipped_law_notes(hp_laws),
-            headline=tuple(answer_lines(document) + headline_lines(document)),
+            answers=tuple(answer_lines(document)),
+            headline=tuple(headline_lines(document)),
         )
 
     def optima(self, **match) -> list[CellOptimumRecord]:

@@ -62,7 +62,14 @@ def overview_panel(runs: pl.DataFrame) -> Panel:
         row=1,
         col=1,
     )
-    fig.update_yaxes(type="log", title_text="training compute 6·N_active·D (FLOPs)", row=1, col=2)
+    # Linear from zero: on a log axis a bar's height is not its size (issue 51: 1.33e11 drawn
+    # as a fifteenth of 1.70e11).
+    fig.update_yaxes(
+        title_text="training compute 6·N_active·D (FLOPs)",
+        rangemode="tozero",
+        row=1,
+        col=2,
+    )
     theme.base_layout(fig, "Study overview", height=500)
     return Panel(key="overview", figure=fig, caption=_caption(runs, counts))
 

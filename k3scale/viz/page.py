@@ -1,4 +1,6 @@
-"""One self-contained HTML page per study: provenance header, then each figure with its caption.
+"""One self-contained HTML page per study: the answers with the design's power, then each figure
+with its caption; the provenance and every number with its verdict are folded under the answers,
+so the first figure sits on the first screen (issue 51).
 
 plotly.js comes from the installed plotly package, inline (one `<script id="plotly-js">`) or as
 a `plotly.min.js` file next to the page; never from a CDN, so the page opens from file:// with
@@ -31,6 +33,11 @@ section { margin: 24px 0 32px; }
 p.caption { font-size: 14px; margin: 4px 8px; color: #333; }
 p.note { font-size: 13px; margin: 2px 8px; color: #555; font-style: italic; }
 code { font-size: 12px; }
+ul.answers { margin: 8px 0; padding-left: 20px; }
+ul.answers li { font-weight: 600; margin: 4px 0; font-size: 15px; }
+p.power { font-size: 13px; margin: 4px 0 8px; color: #444; }
+details.numbers { margin: 4px 0 8px; font-size: 13px; }
+details.numbers summary { cursor: pointer; color: #1f4e8c; }
 """
 
 
@@ -57,6 +64,8 @@ def _header(
     panels: list[Panel],
     skipped: list[str],
     headline: list[str],
+    answers: list[str],
+    power: str | None,
 ) -> str:
     rows = [
         ("study", provenance.study),
@@ -80,16 +89,22 @@ def _header(
         else ""
     )
     lines = "".join(f"<li>{html.escape(line.strip())}</li>" for line in headline)
-    summary = (
-        f"<p>Headline (from the fit file: the answer to each claim first, then each number with its "
-        f'verdict):</p><ul class="headline">'
-        f"{lines}</ul>"
+    numbers = (
+        f'<p>Every number of the fit file with its verdict:</p><ul class="headline">{lines}</ul>'
         if lines
         else ""
     )
+    claims = "".join(f"<li>{html.escape(line.strip())}</li>" for line in answers)
+    claims = f'<ul class="answers">{claims}</ul>' if claims else ""
+    power_text = f'<p class="power">{html.escape(power)}</p>' if power else ""
+    folded = (
+        '<details class="numbers"><summary>Provenance, every number with its verdict, and the '
+        f'figures the data could not support</summary><table class="provenance">{table}</table>'
+        f"{numbers}{notes}</details>"
+    )
     return (
-        f"<header><h1>{html.escape(title)}</h1>"
-        f'<table class="provenance">{table}</table>{summary}{notes}<nav>{nav}</nav></header>'
+        f"<header><h1>{html.escape(title)}</h1>{claims}{power_text}{folded}<nav>{nav}</nav>"
+        "</header>"
     )
 
 
@@ -122,6 +137,8 @@ def render_page(
     *,
     inline_js: bool = True,
     headline: list[str] = (),
+    answers: list[str] = (),
+    power: str | None = None,
 ) -> str:
     """The whole page as a string.
 
@@ -130,7 +147,9 @@ def render_page(
         provenance: header contents.
         panels: figures in page order.
         skipped: one line per figure the layout wanted but the data could not support.
-        headline: the fit's headline lines with verdicts, listed under the provenance table.
+        headline: every number of the fit with its verdict (folded under the answers).
+        answers: one line per claim, the first thing on the page.
+        power: the design's power line from its committed calibration, under the answers.
         inline_js: embed plotly.js (about 4.8 MB); False references `plotly.min.js` next to
             the page, which the caller must write (see `plotly_js_source`).
     """
@@ -139,9 +158,10 @@ def render_page(
     else:
         script = f'<script id="{PLOTLY_JS_ID}" src="{PLOTLY_JS_FILE}"></script>'
     sections = "\n".join(_section(p) for p in panels)
+    header = _header(title, provenance, panels, list(skipped), list(headline), list(answers), power)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>{script}</head>"
-        f"<body>{_header(title, provenance, panels, list(skipped), list(headline))}\n"
+        f"<body>{header}\n"
         f"{sections}\n</body></html>\n"
     )

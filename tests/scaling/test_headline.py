@@ -54,24 +54,26 @@ def test_identified_multipliers_print_with_their_intervals():
     ) in lines
 
 
-def test_the_rate_says_whether_the_advantage_grows_holds_or_shrinks():
+def test_the_rate_says_where_its_interval_lies_and_claims_no_trend():
     points = [Estimate(3.0 - i / 4, [2.5 - i / 4, 3.5 - i / 4], OK) for i in range(5)]
     shrinks = Estimate(-0.4, [-0.6, -0.2], OK)
     lines = headline_lines(multiplier_doc(points, shrinks))
     assert (
         "rate of M(C) k3 over k2 (c_6n, surface route), d log M / d log C: -0.400 "
-        "[-0.600, -0.200] (the advantage shrinks with compute)"
+        "[-0.600, -0.200] (its interval lies below 0)"
     ) in lines
     held = headline_lines(multiplier_doc(points, Estimate(0.1, [-0.1, 0.3], OK)))
-    assert any("a constant advantage is not excluded" in line for line in held)
+    assert any("(its interval holds 0)" in line for line in held)
+    assert not any("with compute" in line for line in lines + held)
     table = markdown_tables(multiplier_doc(points, shrinks))
     # Every compute value of the overlap, not only its ends and middle.
     assert table.count("| c_6n | surface |") == 5
     assert "Rate of M(C) k3 over k2 (c_6n, surface route)" in table
 
 
-def test_a_wide_interval_is_never_printed():
-    """More than two decades: the verdict alone; within two, the numbers beside the verdict."""
+def test_a_number_that_is_not_identified_is_never_printed():
+    """The verdict alone, however narrow the interval: a refused number beside its reason
+    reads as a result (issue 51)."""
     wide = ratio_text(
         Estimate(0.15, [7.56e-13, 9.95e56], Verdict("M(C) interval spans 69 decades"))
     )
@@ -79,7 +81,8 @@ def test_a_wide_interval_is_never_printed():
     narrow = ratio_text(
         Estimate(2.0, [0.5, 20.0], Verdict("M(C) interval spans 1.6 decades (> 1)"))
     )
-    assert narrow == "2 [0.5, 20], not identified (M(C) interval spans 1.6 decades (> 1))"
+    assert narrow == "not identified (M(C) interval spans 1.6 decades (> 1))"
+    assert ratio_text(Estimate(2.0, [1.5, 2.5], OK)) == "2 [1.5, 2.5]"
 
 
 def schedule_doc(pooled: PooledDifference | None = None) -> dict:

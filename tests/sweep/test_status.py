@@ -53,3 +53,29 @@ def test_a_cells_studies_name_their_objective(tmp_path):
     assert tuning.metric_names == ["final_val_ood_loss"] and extra.metric_names == [metric]
     again = optuna.load_study(study_name=cell.key, storage=storage)
     assert again.metric_names == [metric]
+
+
+def test_status_counts_the_re_runs_so_its_totals_add_up(tmp_path):
+    from k3scale.sweep import sources
+
+    study = load_study(ROOT / "experiments" / "k2_vs_k3.py")
+    preset = study.preset("cpu_v3")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    cell = plan_cells(study, preset)[0]
+    tuned = optuna.create_study(study_name=cell.key, storage=storage)
+    for lr, loss in ((0.0074, 4.41), (0.0119, 4.37)):
+        tuned.add_trial(
+            optuna.trial.create_trial(params={"lr": lr}, distributions={"lr": LR}, value=loss)
+        )
+    extra = sources.open_extra_study(storage, cell)
+    for seed in (4, 5):
+        extra.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": 0.0119}, distributions={"lr": LR}, value=4.36 + seed / 1000
+            )
+        )
+    lines = study_status(study, preset, storage).splitlines()
+    assert lines[0].split()[1:5] == ["done", "fail", "run", "extra"]
+    (row,) = [line for line in lines if line.startswith(cell.key)]
+    assert row.split()[1:5] == ["2", "0", "0", "2"]
+    assert lines[-1].split()[1:5] == ["2", "0", "0", "2"] and "(4 finished)" in lines[-1]

@@ -5,6 +5,7 @@ cell "(not started)" for another preset with exit 0)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,43 @@ def test_a_folder_of_another_preset_is_refused(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2 and "pass --preset demo" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "k3scale.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def test_a_preset_never_run_names_the_preset_and_the_folders_that_exist(tmp_path):
+    _folder(tmp_path, "k2_vs_k3-demo-abc", "demo")
+    study = str(ROOT / "experiments" / "k2_vs_k3.py")
+    for command in ("report", "status"):
+        done = _cli("study", command, study, "--preset", "cpu_v3", cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert "preset 'cpu_v3'" in line and "studies/k2_vs_k3-demo-abc (demo)" in line
+    misspelt = _cli("study", "report", study, "--preset", "dmeo", cwd=tmp_path)
+    assert misspelt.returncode == 2 and "has no preset 'dmeo'" in misspelt.stderr
+    assert not (tmp_path / "studies" / "k2_vs_k3-cpu_v3").exists()
+
+
+def test_a_report_without_a_fit_names_the_step_that_is_missing(tmp_path):
+    folder = _folder(tmp_path, "k2_vs_k3-demo", "demo")
+    study = str(ROOT / "experiments" / "k2_vs_k3.py")
+    done = _cli("study", "report", study, "--preset", "demo", cwd=tmp_path)
+    assert done.returncode == 2 and "has no tables yet" in done.stderr
+    assert "k3scale study run" in done.stderr
+    (folder / "tables").mkdir()
+    (folder / "tables" / "runs.parquet").write_bytes(b"")
+    done = _cli("study", "report", study, "--preset", "demo", cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"k3scale fit k2_vs_k3 --from {Path('studies/k2_vs_k3-demo/tables')}" in done.stderr
+
+
+def test_ui_refuses_a_study_folder_that_does_not_exist_and_creates_nothing(tmp_path):
+    done = _cli("ui", "--study-dir", "studies/k2_vs_k3-dmeo", "--port", "0", cwd=tmp_path)
+    assert done.returncode == 2 and "no study folder studies/k2_vs_k3-dmeo" in done.stderr
+    assert list(tmp_path.iterdir()) == []

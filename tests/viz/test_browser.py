@@ -129,6 +129,17 @@ STUDIES = [
         COMMITTED / "cosine_vs_wsd-demo", "cosine_vs_wsd", id="committed-cosine_vs_wsd-demo"
     ),
 ]
+# Where the answers end and the first figure starts, before any scrolling.
+FIRST_SCREEN = """
+() => ({
+  height: window.innerHeight,
+  answers: Array.from(document.querySelectorAll('ul.answers li')).map(
+    (li) => li.getBoundingClientRect().bottom),
+  figure_top: document.querySelector('section.panel').getBoundingClientRect().top,
+})
+"""
+# How much of the first figure the first screen must show.
+FIGURE_SHOWN_PX = 200
 # Text a page must never show (issue 37 found each): an unfilled format field, Python's None,
 # nan or empty-list syntax, a doubled word.
 PLACEHOLDER = re.compile(r"\{[a-z_*]+\}|\bNone\b|\bnan\b|\[\]|final final|lr\*_other")
@@ -182,6 +193,7 @@ def test_dashboard_draws_offline_in_chromium(tmp_path, tables, layout, fit_files
             page.on("pageerror", lambda exc: console.append(f"pageerror: {exc}"))
             page.on("console", lambda msg: _keep_complaints(msg, console))
             page.goto(page_path.as_uri(), wait_until="load")
+            screen = page.evaluate(FIRST_SCREEN)
             seen = {}
             for panel in panels:
                 div_id = f"fig-{panel.key}"
@@ -194,6 +206,9 @@ def test_dashboard_draws_offline_in_chromium(tmp_path, tables, layout, fit_files
         finally:
             browser.close()
     assert not console, console
+    # The first screen holds every claim's sentence and the top of the first figure (issue 51).
+    assert screen["answers"] and max(screen["answers"]) <= screen["height"], screen
+    assert screen["figure_top"] <= screen["height"] - FIGURE_SHOWN_PX, screen
     assert not PLACEHOLDER.findall(text), sorted(set(PLACEHOLDER.findall(text)))
     outside = [u for u in requests if not u.startswith(LOCAL_SCHEMES)]
     assert not outside, f"requests left the page: {outside}"

@@ -58,8 +58,14 @@ def test_page_has_every_figure_with_caption_and_provenance(page, runs, fits):
     assert table_hash(runs) in page
     assert "runs trained at 0123456789ab" in page
     assert re.search(r"sha256 [0-9a-f]{16}", page)
-    # The headline the report prints heads the page, each line with its verdict.
-    assert fits.headline and all(html.escape(line.strip()) in page for line in fits.headline)
+    # The answers head the page; every number with its verdict is folded below them, and the
+    # figures follow (issue 51: the first figure sat 1,150 px down under 24 bullets).
+    assert fits.answers and fits.headline
+    first_answer = page.index(html.escape(fits.answers[0].strip()))
+    folded = page.index('<details class="numbers">')
+    assert first_answer < folded < page.index('<section id="overview"')
+    assert all(html.escape(line.strip()) in page for line in fits.answers + fits.headline)
+    assert page.index('<ul class="headline">') > folded
 
 
 def test_js_file_mode_writes_plotly_next_to_the_page(tmp_path):

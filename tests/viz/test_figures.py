@@ -182,6 +182,18 @@ def test_counts_get_integer_ticks(runs):
     assert axis.tickformat == "d" and axis.dtick >= 1 and float(axis.dtick).is_integer()
 
 
+def test_bars_stand_on_zero_on_a_linear_axis(runs):
+    """A bar's height is its size only on a linear axis from zero (issue 51: on a log axis the
+    compute bars drew a 0.78 ratio as 1/15)."""
+    figure = overview.overview_panel(runs).figure
+    bars = [t for t in figure.data if t.type == "bar"]
+    assert bars
+    for bar in bars:
+        axis = figure.layout["yaxis" + (bar.yaxis or "y")[1:]]
+        assert axis.type in (None, "linear", "-"), axis.type
+        assert axis.rangemode == "tozero" or (axis.range is not None and axis.range[0] == 0)
+
+
 def test_log_axes_use_power_exponents(fits):
     panel = frontier.multiplier_panel(fits, "c_6n", "k3")
     assert panel.figure.layout.template.layout.yaxis.exponentformat == "power"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from k3scale.scaling.values import verdict
 from k3scale.scaling.values.uncertainty import Estimate
 from k3scale.scaling.values.verdict import Verdict
 
@@ -28,15 +27,11 @@ def interval(ci: list | None, fmt=number) -> str:
 
 
 def ratio_text(e: Estimate) -> str:
-    """A multiplier with its interval, or 'not identified (reason)' (interval only if printable)."""
+    """A multiplier with its interval, or 'not identified (reason)' without the number: a value
+    printed beside its refusal reads as a result and gets quoted (issue 51)."""
     if e.identified:
         return f"{number(e.value)} {interval(e.interval)}"
-    shown = ""
-    ci = e.interval
-    bounded = e.value is not None and ci and ci[0] and ci[1] and ci[0] > 0
-    if bounded and math.log10(ci[1] / ci[0]) <= verdict.PRINT_DECADES:
-        shown = f"{number(e.value)} {interval(ci)}, "
-    return f"{shown}{reason_text(e.verdict)}"
+    return reason_text(e.verdict)
 
 
 def diff_text(e: Estimate) -> str:

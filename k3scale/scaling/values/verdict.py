@@ -15,9 +15,8 @@ IDENTIFIED = "identified"
 # does not fall, or one that vanishes within a decade); a fit that lands there is not a success.
 EXPONENT_BOUNDS = (0.05, 2.0)
 # A compute multiplier whose 95% interval spans more than this many decades says nothing
-# (methods.md 2.6); a printed interval never spans more than PRINT_DECADES.
+# (methods.md 2.6); a multiplier that is not identified prints its reason, never its number.
 MULTIPLIER_DECADES = 1.0
-PRINT_DECADES = 2.0
 
 
 NOT_IDENTIFIED_PREFIX = "not identified: "
