@@ -243,4 +243,4 @@ def _rate_says(e: Estimate) -> str:
         return f"{text}, the advantage grows with compute"
     if hi < 0:
         return f"{text}, the advantage shrinks with compute"
-    return f"{text}, the interval holds 0 (a constant advantage)"
+    return f"{text}, the interval holds 0 (no change with compute is resolved)"
