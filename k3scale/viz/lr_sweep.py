@@ -25,11 +25,6 @@ def _rung(size: str) -> str:
     return size.rsplit("-", 1)[-1]
 
 
-def _arm_colour(key: str, value: str) -> str:
-    table = theme.ARCH_COLOURS if key == "arch" else theme.SCHEDULE_COLOURS
-    return table.get(value, theme.FALLBACK_COLOUR)
-
-
 def _points(part: pl.DataFrame, metric: str, **style) -> dict:
     return {
         "type": "scatter",
@@ -127,6 +122,7 @@ def lr_sweep_panel(
         vertical_spacing=0.25 / len(rungs),
         horizontal_spacing=0.06,
     )
+    colours = theme.arm_colours(arms)
     shown: set[str] = set()
     for opt in optima.sort(arm_key).iter_rows(named=True):
         where = (pl.col("rung") == opt["rung"]) & (pl.col("level") == opt["level"])
@@ -138,7 +134,7 @@ def lr_sweep_panel(
             & (pl.col("batch_size") == opt["batch_size"])
         )
         arm = opt[arm_key]
-        traces = _arm_traces(arm, _arm_colour(arm_key, arm), tuned, seeds, opt, metric)
+        traces = _arm_traces(arm, colours[arm], tuned, seeds, opt, metric)
         shared = mine.filter(pl.col("arm") == SHARED)
         if shared.is_empty() and arm != reference:
             shared = _at_reference_best(tuned, optima, opt, arm_key, reference)
@@ -167,10 +163,9 @@ def lr_sweep_panel(
     fig.update_xaxes(type="log", range=theme.log_range(ok["lr"].to_list()))
     fig.update_xaxes(title_text=theme.LR_TITLE, row=len(rungs))
     fig.update_yaxes(title_text=theme.loss_title(metric), col=1, row=(len(rungs) + 1) // 2)
-    fig.update_layout(legend={"orientation": "h", "y": -0.1})
-    theme.base_layout(
-        fig, f"Loss vs peak LR per cell, {' vs '.join(arms)}", height=160 + 240 * len(rungs)
-    )
+    # Many arms (the ablation's twelve): the title names their count, the legend them.
+    named = " vs ".join(arms) if len(arms) <= 3 else f"{len(arms)} arms against {reference}"
+    theme.base_layout(fig, f"Loss vs peak LR per cell, {named}", height=160 + 240 * len(rungs))
     return Panel(
         key=f"lr-sweep-{arm_key}-{fixed}",
         figure=fig,

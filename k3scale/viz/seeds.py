@@ -54,7 +54,10 @@ def seed_noise_panel(runs: pl.DataFrame, metric: str) -> Panel:
     sigma = math.sqrt(sum(d * d for d in diffs) / len(diffs)) / math.sqrt(2)
     half = Z95 * math.sqrt(2) * sigma
     fig = go.Figure()
-    for arch in sorted(pairs["arch"].unique().to_list()):
+    archs = sorted(pairs["arch"].unique().to_list())
+    colours = theme.arm_colours(archs)
+    # The archs with a colour of their own (k2, k3) drawn last: on top of the variants.
+    for arch in sorted(archs, key=lambda a: theme.arm_colour(a) != theme.FALLBACK_COLOUR):
         part = pairs.filter(pl.col("arch") == arch)
         fig.add_trace(
             go.Scatter(
@@ -62,7 +65,7 @@ def seed_noise_panel(runs: pl.DataFrame, metric: str) -> Panel:
                 y=part["diff"].to_list(),
                 mode="markers",
                 name=arch,
-                marker={"size": 9, "color": theme.ARCH_COLOURS.get(arch, theme.FALLBACK_COLOUR)},
+                marker={"size": 9, "color": colours[arch]},
                 hovertemplate="%{x}<br>second − first %{y:+.4f} nats<extra></extra>",
             )
         )

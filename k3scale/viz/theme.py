@@ -167,6 +167,37 @@ def arm_colour(arm: str) -> str:
     return ARCH_COLOURS.get(arm) or SCHEDULE_COLOURS.get(arm) or FALLBACK_COLOUR
 
 
+# Colours for arms that are neither an arch nor a schedule (the ablation's variants), none of
+# them an arch's, a schedule's, a route's or a status colour (issue 51: ten of twelve arms were
+# drawn in the fallback grey).
+VARIANT_PALETTE = (
+    "#1b9e77",
+    "#d95f02",
+    "#7570b3",
+    "#e7298a",
+    "#66a61e",
+    "#e6ab02",
+    "#a6761d",
+    "#0b3c5d",
+    "#6a3d9a",
+    "#01665e",
+    "#c51b7d",
+    "#b15928",
+    "#4d9221",
+    "#5e3c99",
+)
+
+
+def arm_colours(arms: list[str]) -> dict[str, str]:
+    """One distinct colour per arm of a figure: archs and schedules keep theirs, the other arms
+    take the variant palette in sorted order (the fallback grey once it runs out)."""
+    out = {arm: arm_colour(arm) for arm in arms if arm_colour(arm) != FALLBACK_COLOUR}
+    others = sorted(arm for arm in arms if arm not in out)
+    for i, arm in enumerate(others):
+        out[arm] = VARIANT_PALETTE[i] if i < len(VARIANT_PALETTE) else FALLBACK_COLOUR
+    return out
+
+
 def log_range(values, pad: float = 0.05) -> list[float]:
     """log10 axis range spanning the positive finite `values`, `pad` decades either side."""
     finite = [math.log10(v) for v in values if v is not None and math.isfinite(v) and v > 0]

@@ -138,6 +138,24 @@ FIRST_SCREEN = """
   figure_top: document.querySelector('section.panel').getBoundingClientRect().top,
 })
 """
+# Per figure, the legend's box against every axis title and the figure title it overlaps.
+LEGEND_OVERLAPS = """
+(id) => {
+  const gd = document.getElementById(id);
+  const legend = gd.querySelector('g.legend');
+  if (!legend) return [];
+  const a = legend.getBoundingClientRect();
+  const titles = gd.querySelectorAll('g.g-xtitle, g.g-ytitle, g.g-x2title, g.g-y2title, text.gtitle');
+  const out = [];
+  for (const t of titles) {
+    const b = t.getBoundingClientRect();
+    if (b.width === 0 || b.height === 0) continue;
+    const overlap = a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+    if (overlap) out.push((t.textContent || '').slice(0, 60));
+  }
+  return out;
+}
+"""
 # How much of the first figure the first screen must show.
 FIGURE_SHOWN_PX = 200
 # Text a page must never show (issue 37 found each): an unfilled format field, Python's None,
@@ -199,6 +217,7 @@ def test_dashboard_draws_offline_in_chromium(tmp_path, tables, layout, fit_files
                 div_id = f"fig-{panel.key}"
                 page.wait_for_selector(f"#{div_id} svg.main-svg", timeout=DRAW_TIMEOUT_MS)
                 seen[panel.key] = page.evaluate(INSPECT_FIGURE, div_id)
+                seen[panel.key]["legend_over"] = page.evaluate(LEGEND_OVERLAPS, div_id)
             text = page.inner_text("body")
             shot = tmp_path / f"{tables.name}-{layout}.png"
             page.screenshot(path=str(shot), full_page=True)
@@ -217,6 +236,8 @@ def test_dashboard_draws_offline_in_chromium(tmp_path, tables, layout, fit_files
     assert len(seen) == len(panels) >= (6 if tables.name.endswith("-demo") else 9)
     empty = {k: s for k, s in seen.items() if s["svg"] == 0 or s["drawn"] == 0}
     assert not empty, f"figures without drawn traces: {empty}"
+    covered = {k: s["legend_over"] for k, s in seen.items() if s["legend_over"]}
+    assert not covered, f"legends over axis or figure titles: {covered}"
     wide = [p for key, s in seen.items() for p in axis_problems(key, s["axes"])]
     assert not wide, wide
     for panel in panels:

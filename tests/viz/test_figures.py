@@ -103,6 +103,32 @@ def test_lr_sweep_of_archs_shares_design_cells(runs):
     assert "over 9 cells" in panel.caption
 
 
+def test_lr_sweep_of_many_arms_gives_each_its_own_colour():
+    """The ablation's twelve arms (issue 51: ten of them in one grey, the title cut mid-name)."""
+    runs = pl.read_parquet(COMMITTED / "k3_ablations-cpu" / "runs.parquet")
+    schedule = runs["schedule"].drop_nulls()[0]
+    panel = lr_sweep.lr_sweep_panel(runs, "arch", "k3", schedule, METRIC)
+    colour = {}
+    for t in panel.figure.data:
+        if t.name.endswith("best (open: at an LR edge)"):
+            colour.setdefault(t.name.split()[0], set()).add(t.marker.color)
+    assert len(colour) == runs["arch"].n_unique() >= 10
+    assert all(len(c) == 1 for c in colour.values())  # one colour per arm in every cell
+    drawn = [next(iter(c)) for c in colour.values()]
+    assert len(set(drawn)) == len(drawn) and theme.FALLBACK_COLOUR not in drawn
+    assert panel.figure.layout.title.text.endswith(f"{len(colour)} arms against k3")
+
+
+def test_seed_noise_draws_k3_on_top_of_the_variants_each_in_its_colour():
+    from k3scale.viz.seeds import seed_noise_panel
+
+    runs = pl.read_parquet(COMMITTED / "k3_ablations-cpu" / "runs.parquet")
+    traces = seed_noise_panel(runs, METRIC).figure.data
+    colours = [t.marker.color for t in traces]
+    assert len(set(colours)) == len(colours) == runs["arch"].n_unique()
+    assert traces[-1].name in ("k2", "k3") and traces[-2].name in ("k2", "k3")
+
+
 @pytest.fixture(scope="module")
 def wsd_study():
     folder = COMMITTED / "cosine_vs_wsd-cpu"
