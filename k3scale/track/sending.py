@@ -255,15 +255,20 @@ def tracking_client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-# The runs list's columns in the k3scale view: what a researcher reads a trial by.
+# The runs list's columns in the k3scale view: what a researcher reads a trial by (issue 51:
+# arch and schedule were only inside the cell string, the seed nowhere).
 RUNS_VIEW_COLUMNS = (
     f"metrics.`{schema.FINAL_PREFIX}val_ood_loss`",
     f"metrics.`{schema.FINAL_PREFIX}val_id_loss`",
     f"metrics.`{schema.METRIC_PEAK_LR}`",
     "params.`train.batch_size`",
+    f"tags.`{schema.TAG_ARCH}`",
+    f"tags.`{schema.TAG_SCHEDULE}`",
     f"tags.`{schema.TAG_SIZE}`",
-    f"tags.`{schema.TAG_CELL}`",
+    f"tags.`{schema.TAG_BUDGET_TOKENS}`",
+    "params.`train.seed`",
     f"tags.`{schema.TAG_ARM}`",
+    f"tags.`{schema.TAG_CELL}`",
 )
 
 

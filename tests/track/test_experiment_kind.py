@@ -42,5 +42,12 @@ def test_an_experiment_carries_the_k3scale_runs_view(mlflow_server):
         "metrics.`peak_lr`",
         "params.`train.batch_size`",
     ]
-    assert {"tags.`k3scale.size`", "tags.`k3scale.cell`"} <= set(state["selectedColumns"])
+    assert {
+        "tags.`k3scale.arch`",
+        "tags.`k3scale.schedule`",
+        "tags.`k3scale.size`",
+        "tags.`k3scale.budget_tokens`",
+        "params.`train.seed`",
+        "tags.`k3scale.cell`",
+    } <= set(state["selectedColumns"])
     assert state["orderByKey"] == "metrics.`final/val_ood_loss`" and state["orderByAsc"]
