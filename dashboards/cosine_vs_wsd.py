@@ -17,7 +17,7 @@ from k3scale.viz.dashboard import (
 
 # {tuned}: what the runs tuned (k3scale/viz/summaries.py `tuned_text`): on an LR grid batch is
 # fixed, and the title must not say it was tuned.
-TITLE = "Cosine vs WSD at per-schedule tuned {tuned} (fixed lr_min)"
+TITLE = "Cosine vs WSD at per-schedule tuned {tuned}, fixed lr_min"
 
 
 def panels(inputs: DashboardInputs, page: PanelList) -> None:

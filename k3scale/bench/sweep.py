@@ -24,6 +24,7 @@ from pathlib import Path
 
 from k3scale.data.sample import prepare_sample
 from k3scale.errors import K3ScaleError
+from k3scale.sweep.folder import UTILIZATION_MEANS
 
 STUDY = Path(__file__).resolve().parents[2] / "experiments" / "cosine_vs_wsd.py"
 PRESET = "smoke"
@@ -96,7 +97,7 @@ def render(result: dict) -> str:
             f"(median over tasks of slot time minus training-step time; largest "
             f"{result['fixed_overhead_s_max']:.2f} s)",
             f"  median split: {phases}",
-            f"utilization {result['utilization']:.2f} (busy trial time / (sweep wall x cores))",
+            f"utilization {result['utilization']:.2f} {UTILIZATION_MEANS}",
         ]
     )
 

@@ -137,7 +137,7 @@ def _design_power(tables: Path, study: str) -> str | None:
     holds tables/; an exported results folder holds the tables itself)."""
     import json
 
-    from k3scale.bench.calibrate import design_power
+    from k3scale.bench.power import design_power
 
     for record in (tables / "study.json", tables.parent / "study.json"):
         if record.is_file():

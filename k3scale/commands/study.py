@@ -356,7 +356,7 @@ def _status(args) -> int:
     import json
 
     from k3scale.sweep.declaration import load_study
-    from k3scale.sweep.run import STUDY_JSON
+    from k3scale.sweep.folder import STUDY_JSON, UTILIZATION_MEANS
     from k3scale.sweep.status import study_status
 
     study = load_study(args.study)
@@ -374,7 +374,7 @@ def _status(args) -> int:
         # The MLflow URL of a finished run points at a server that has stopped: not printed.
         print(
             f"last completed run: {_trial_counts(data['trials'])}, utilization "
-            f"{data['utilization']:.2f}, wall {data['wall_s'] / 60:.1f} min; browse its runs with "
+            f"{data['utilization']:.2f} {UTILIZATION_MEANS}, wall {data['wall_s'] / 60:.1f} min; browse its runs with "
             f"`k3scale ui --study-dir {folder}`"
         )
     return 0
@@ -389,7 +389,7 @@ def study_folder(study_name: str, preset: str, study_dir: str | None) -> Path:
     """
     import json
 
-    from k3scale.sweep.run import STUDY_JSON, default_study_dir
+    from k3scale.sweep.folder import STUDY_JSON, default_study_dir
     from k3scale.track.provenance import git_state
 
     folder = Path(study_dir) if study_dir else default_study_dir(study_name, preset)
@@ -426,7 +426,7 @@ def study_folders(study_name: str) -> list[tuple[Path, str]]:
     its preset."""
     import json
 
-    from k3scale.sweep.run import STUDY_JSON
+    from k3scale.sweep.folder import STUDY_JSON
 
     out = []
     for root in (Path("studies"), Path("analysis") / "results"):
@@ -447,12 +447,12 @@ def _trial_counts(trials: dict) -> str:
 def _report(args) -> int:
     import json
 
-    from k3scale.bench.calibrate import design_power
-    from k3scale.ops.cpu.build import KernelPath
+    from k3scale.bench.power import design_power
+    from k3scale.ops.kernel_path import KernelPath
     from k3scale.scaling.answers import answer_lines, answers_markdown
     from k3scale.scaling.headline import headline_lines, markdown_tables, rerun_text
     from k3scale.sweep.declaration import load_study
-    from k3scale.sweep.run import STUDY_JSON
+    from k3scale.sweep.folder import STUDY_JSON, UTILIZATION_MEANS
 
     study = load_study(args.study)
     study.preset(args.preset)  # a misspelt preset is named before any folder is looked for
@@ -469,7 +469,7 @@ def _report(args) -> int:
     if "utilization" in record:
         print(
             f"trials: {_trial_counts(record['trials'])}; utilization "
-            f"{record['utilization']:.2f}, sweep {record['sweep_s'] / 60:.1f} min"
+            f"{record['utilization']:.2f} {UTILIZATION_MEANS}, sweep {record['sweep_s'] / 60:.1f} min"
         )
     if path := record.get("kernel_path"):
         print(f"kernel path: {KernelPath(**path).describe()}")
@@ -496,7 +496,7 @@ def _report(args) -> int:
 
 def _no_fit(study, args, folder: Path, fit_path: Path) -> str:
     """The fix for a folder without fit.json: fit its tables, or finish the study first."""
-    from k3scale.sweep.run import STUDY_JSON, TABLES
+    from k3scale.sweep.folder import STUDY_JSON, TABLES
 
     tables = folder / TABLES
     fit = f"`k3scale fit {study.analysis or study.name} --from {tables} --out {fit_path}`"

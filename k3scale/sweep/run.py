@@ -25,6 +25,7 @@ from k3scale.ops.cpu.build import kernel_path, slow_path_notice
 from k3scale.sweep import reaper
 from k3scale.sweep.declaration import load_study
 from k3scale.sweep.driver import Driver, SweepContext, default_slots
+from k3scale.sweep.folder import STUDY_JSON, TABLES, UTILIZATION_MEANS, default_study_dir
 from k3scale.sweep.identity import (
     DATA_FINGERPRINT,
     GIT_DIRTY,
@@ -39,7 +40,6 @@ from k3scale.sweep.sources import without_password
 from k3scale.sweep.tracking import TrackingService, summary_experiment
 from k3scale.track import schema
 
-STUDY_JSON = "study.json"
 # What study.json says about the driver that last trained (kept by one that had nothing to run).
 _TIMINGS = (
     "tokens_trained",
@@ -55,7 +55,6 @@ _TIMINGS = (
 )
 # How long a --ray-address may take to accept a TCP connection (seconds).
 RAY_CONNECT_TIMEOUT_S = 10.0
-TABLES = "tables"
 # How long the end of a study waits out an MLflow outage, and the pause between its tries (s).
 WRAP_UP_OUTAGE_S = 300.0
 WRAP_UP_PAUSE_S = 5.0
@@ -63,10 +62,6 @@ WRAP_UP_PAUSE_S = 5.0
 # token in this file of the study folder (issue 23).
 LOCAL_RAY_HOST = "127.0.0.1"
 RAY_TOKEN = "ray_token"
-
-
-def default_study_dir(study_name: str, preset: str) -> Path:
-    return Path("studies") / f"{study_name}-{preset}"
 
 
 def run_study(
@@ -185,8 +180,8 @@ def run_study(
     log(
         f"study {study.name} done: trials finished {trials['finished']}, failed "
         f"{trials['failed']}, diverged {trials['diverged']}; this driver {wall / 60:.1f} min, "
-        f"utilization {record['utilization']:.2f} (busy trial time / (sweep wall x "
-        f"{record['cores']} cores)); {folder / STUDY_JSON}"
+        f"utilization {record['utilization']:.2f} {UTILIZATION_MEANS} on {record['cores']} "
+        f"cores; {folder / STUDY_JSON}"
     )
     return record
 

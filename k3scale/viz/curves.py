@@ -173,10 +173,14 @@ def _val_points_per_run(curves: pl.DataFrame) -> int:
     return int(counts["len"].max()) if counts.height else 0
 
 
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 def _caption(runs: pl.DataFrame, cells: list[dict], val_points: int) -> str:
     counts = dict(runs.group_by("status").len().rows())
     sparse = (
-        f" Validation ran at most {val_points} times per run (the preset's eval_points: each "
+        f" Validation ran {_times(val_points)} per run at most (the preset's eval_points: each "
         "evaluation costs CPU time the design spent on runs instead), so the val panels hold "
         "that many points per curve."
         if 0 < val_points <= 3

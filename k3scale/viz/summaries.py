@@ -159,11 +159,12 @@ def cell_label(size: str, budget_tokens: int) -> str:
 
 
 def tuned_text(runs: pl.DataFrame) -> str:
-    """What the tuning trials searched: 'peak LR and batch', or 'peak LR (batch fixed at B
-    sequences)' where they all ran one batch size (an LR grid)."""
+    """What the tuning trials searched: 'peak LR and batch', or 'peak LR, batch fixed at B
+    sequences' where they all ran one batch size (an LR grid); a title adds its other fixed
+    settings after a comma, never in a second pair of brackets."""
     tuned = runs.filter(pl.col("arm") == TUNED) if "arm" in runs.columns else runs
     # A failed attempt may carry no params (tests/viz/test_command.py).
     batches = sorted(tuned["batch_size"].drop_nulls().unique().to_list())
     if len(batches) == 1:
-        return f"peak LR (batch fixed at {batches[0]} sequences)"
+        return f"peak LR, batch fixed at {batches[0]} sequences"
     return "peak LR and batch"

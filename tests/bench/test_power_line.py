@@ -6,19 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from k3scale.bench import calibrate
+from k3scale.bench import power
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "analysis" / "results" / "calibration"
 
 
 def _power(name: str, study: str) -> str:
-    return calibrate.power_line(json.loads((CALIBRATION / name).read_text()), study)
+    return power.power_line(json.loads((CALIBRATION / name).read_text()), study)
 
 
 def test_a_design_that_identifies_nothing_says_it_cannot_answer():
     line = _power("demo.json", "k2_vs_k3")
     assert "this design cannot answer it" in line and "detects" not in line
-    assert calibrate.design_power("k2_vs_k3", "demo") == line
+    assert power.design_power("k2_vs_k3", "demo") == line
 
 
 def test_a_weak_design_says_its_answer_is_no_evidence():

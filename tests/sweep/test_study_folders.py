@@ -86,3 +86,23 @@ def test_ui_refuses_a_study_folder_that_does_not_exist_and_creates_nothing(tmp_p
     done = _cli("ui", "--study-dir", "studies/k2_vs_k3-dmeo", "--port", "0", cwd=tmp_path)
     assert done.returncode == 2 and "no study folder studies/k2_vs_k3-dmeo" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_report_and_status_read_a_folder_without_importing_torch(tmp_path):
+    """Reading a record needs no numerics: `status` and `report` took about 8 s (issue 51),
+    4 of them importing torch and the training code; the test holds the imports, not a time."""
+    probe = (
+        "import sys, contextlib, io\n"
+        "from k3scale.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['study', 'report', 'experiments/k2_vs_k3.py', '--preset', 'cpu_v3',\n"
+        "          '--study-dir', 'analysis/results/k2_vs_k3-cpu_v3', '--brief'])\n"
+        "print(sorted(m for m in ('torch', 'k3scale.sweep.run', 'k3scale.bench.calibrate')\n"
+        "             if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

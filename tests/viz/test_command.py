@@ -177,3 +177,18 @@ def test_png_without_a_browser_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "nope"))
     with pytest.raises(K3ScaleError, match="BROWSER_PATH"):
         export_png.find_browser()
+
+
+def test_the_schedule_page_title_reads_as_one_phrase():
+    """Issue 51: "(batch fixed at 7 sequences) (fixed lr_min)" read as two afterthoughts."""
+    from k3scale.commands.dashboard import render
+
+    folder = Path(__file__).resolve().parents[2] / "analysis" / "results" / "cosine_vs_wsd-cpu_v3"
+    html_text, _, _ = render(
+        folder, folder / "fit.json", "cosine_vs_wsd", "final_val_ood_loss", "file"
+    )
+    title = re.search(r"<title>(.*?)</title>", html_text).group(1)
+    assert title.startswith(
+        "Cosine vs WSD at per-schedule tuned peak LR, batch fixed at 7 sequences, fixed lr_min"
+    ), title
+    assert ") (" not in title

@@ -33,11 +33,12 @@ import sysconfig
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import torch
+
+from k3scale.ops.kernel_path import KernelPath
 
 log = logging.getLogger(__name__)
 
@@ -78,21 +79,6 @@ FUSED_SPEEDUP_RANGE = (2.2, 3.9)
 # A private build folder older than this belongs to a builder that died (a build takes minutes).
 STALE_BUILD_S = 3600.0
 BUILD_PREFIX = ".build-"
-
-
-@dataclass(frozen=True)
-class KernelPath:
-    """Which path a process's CPU ops take: `fused` (the C++ kernels, built for `capability`) or
-    `torch` (the plain torch ops, `reason` says why); logged with every run and study."""
-
-    name: str
-    capability: str
-    reason: str | None = None
-
-    def describe(self) -> str:
-        if self.name == "fused":
-            return f"fused CPU kernels ({self.capability})"
-        return f"torch paths, fused CPU kernels off: {self.reason}"
 
 
 def kernel_dir() -> Path:

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from k3scale.bench import calibrate
+from k3scale.bench import calibrate, power
 from k3scale.cli import main
 from k3scale.errors import K3ScaleError
 from k3scale.scaling.estimates import compute_optimal
@@ -202,12 +202,12 @@ def test_designs_are_compared_at_their_planned_cpu_time():
     assert table[3].startswith(f"| cpu_v3 (what-if seeds 3) | 3 | 12 | {planned[1]:.0f} |")
     # The report's one line of design power reads the same calibration, at its signed quantity
     # (issue 47: the selection-free difference).
-    line = calibrate.power_line(runs[1], "cosine_vs_wsd")
+    line = power.power_line(runs[1], "cosine_vs_wsd")
     scenario = runs[1]["scenarios"]["cosine_vs_wsd"]["report_direction"]
     rate = scenario["pooled_diff_selection_free"]["detect_rate"]
     assert line.startswith("design power (pooled_diff_selection_free,")
     assert f"detects cosine lower by 0.02 nats in {rate:.0%}" in line
-    assert calibrate.power_line(runs[1], "k2_vs_k3") is None
+    assert power.power_line(runs[1], "k2_vs_k3") is None
 
 
 def test_the_ablation_design_is_calibrated_against_what_its_estimator_reads_noise_free():
